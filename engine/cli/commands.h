@@ -1,0 +1,30 @@
+// Subcommands of the `lockstep` binary. Each Register* adds one subcommand to the app and sets
+// its callback; a callback reports failure by throwing CliError (exit code and sentence).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+
+namespace lockstep::cli {
+
+// Exit codes: 1 = a check ran and failed (e.g. a tolerance breached), 2 = bad input / error.
+class CliError : public std::runtime_error {
+ public:
+  CliError(int exit_code, const std::string& sentence)
+      : std::runtime_error(sentence), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Throws CliError(2, status.message()) for a non-OK status.
+void ThrowIfError(const absl::Status& status);
+
+void RegisterInspect(CLI::App& app);
+void RegisterModels(CLI::App& app);  // `pull` and `models`
+
+}  // namespace lockstep::cli

@@ -1,0 +1,71 @@
+// The `lockstep` binary: one executable, one subcommand per task (DESIGN.md §5).
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "engine/cli/commands.h"
+
+extern char** environ;
+
+namespace lockstep::cli {
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) throw CliError(2, std::string(status.message()));
+}
+
+namespace {
+
+// Every option's LOCKSTEP_* mirror, over all subcommands.
+void CollectEnvNames(const CLI::App& app, std::set<std::string>& out) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (!opt->get_envname().empty()) out.insert(opt->get_envname());
+  }
+  for (const CLI::App* sub : app.get_subcommands({})) CollectEnvNames(*sub, out);
+}
+
+// A misspelt LOCKSTEP_* variable would otherwise be ignored without a word.
+void RejectUnknownEnv(const CLI::App& app) {
+  std::set<std::string> known = {"LOCKSTEP_CACHE_DIR"};
+  CollectEnvNames(app, known);
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("LOCKSTEP_", 0) != 0) continue;
+    std::string name = kv.substr(0, kv.find('='));
+    if (known.count(name) == 0) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw CliError(2, "unknown environment variable " + name + " (known: " + list + ")");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::cli
+
+int main(int argc, char** argv) {
+  using lockstep::cli::CliError;
+  CLI::App app{"lockstep: an LLM inference engine whose speed never changes what the model says"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "lockstep 0.1.0");
+  lockstep::cli::RegisterInspect(app);
+  lockstep::cli::RegisterModels(app);
+  try {
+    lockstep::cli::RejectUnknownEnv(app);
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const CliError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.exit_code();
+  }
+  return 0;
+}
