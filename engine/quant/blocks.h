@@ -49,4 +49,22 @@ inline constexpr int8_t kValuesIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22,
 // E2M1 values doubled, as ggml stores MXFP4 and NVFP4 (scales carry the matching 1/2).
 inline constexpr int8_t kValuesMXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// The code books as two uint64 each (byte k = entry k, little end first), so that device code,
+// which may not index a host constexpr array at run time, looks them up in registers.
+constexpr uint64_t PackInt8x8(const int8_t* v) {
+  uint64_t r = 0;
+  for (int k = 7; k >= 0; --k) r = (r << 8) | (uint8_t)v[k];
+  return r;
+}
+inline constexpr uint64_t kValuesIQ4NLLo = PackInt8x8(kValuesIQ4NL), kValuesIQ4NLHi = PackInt8x8(kValuesIQ4NL + 8);
+inline constexpr uint64_t kValuesMXFP4Lo = PackInt8x8(kValuesMXFP4), kValuesMXFP4Hi = PackInt8x8(kValuesMXFP4 + 8);
+
+// i: a 4-bit code, 0..15.
+LOCKSTEP_HD inline int LookupIQ4NL(int i) {
+  return (int8_t)(uint8_t)(((i < 8) ? kValuesIQ4NLLo : kValuesIQ4NLHi) >> (8 * (i & 7)));
+}
+LOCKSTEP_HD inline int LookupMXFP4(int i) {
+  return (int8_t)(uint8_t)(((i < 8) ? kValuesMXFP4Lo : kValuesMXFP4Hi) >> (8 * (i & 7)));
+}
+
 }  // namespace lockstep::quant

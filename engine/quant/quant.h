@@ -12,8 +12,8 @@ namespace lockstep::quant {
 // src: [n / block_size] blocks of `type`; dst: [n] float.
 absl::Status Dequantize(Type type, const void* src, int64_t n, float* dst);
 
-// src: [n] float; dst: [n / block_size] blocks of `type`. For NVFP4 the values are divided by
-// the per-tensor scale first (see QuantizeNvfp4 in nvfp4.h); here the per-tensor scale is 1.
+// src: [n] float; dst: [n / block_size] blocks of `type`. NVFP4's per-tensor scale (the
+// `<tensor>.scale2` F32 tensor, docs/formats.md) is not applied here: it is 1 for this call.
 absl::Status Quantize(Type type, const float* src, int64_t n, void* dst);
 
 }  // namespace lockstep::quant
