@@ -26,5 +26,7 @@ void ThrowIfError(const absl::Status& status);
 
 void RegisterInspect(CLI::App& app);
 void RegisterModels(CLI::App& app);  // `pull` and `models`
+void RegisterCompare(CLI::App& app);
+void RegisterLogits(CLI::App& app);
 
 }  // namespace lockstep::cli

@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "lockstep 0.1.0");
   lockstep::cli::RegisterInspect(app);
   lockstep::cli::RegisterModels(app);
+  lockstep::cli::RegisterCompare(app);
+  lockstep::cli::RegisterLogits(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
     app.parse(argc, argv);

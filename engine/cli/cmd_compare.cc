@@ -1,0 +1,63 @@
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "engine/cli/commands.h"
+#include "engine/core/compare.h"
+#include "engine/core/npy.h"
+
+namespace lockstep::cli {
+
+void RegisterCompare(CLI::App& app) {
+  struct Args {
+    std::string a, b;
+    double margin = 0.0;
+    double max_abs = -1, max_nmse = -1, max_kl = -1, min_top1 = -1, min_decisive_top1 = -1;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "compare", "Compare logits A.npy (under test) with B.npy (reference); exit 1 on a breach");
+  sub->add_option("A", args->a, "Logits under test, float32 [positions, vocab]")->required();
+  sub->add_option("B", args->b, "Reference logits, float32 [positions, vocab]")->required();
+  sub->add_option("--margin", args->margin,
+                  "Reference top-1/top-2 logit gap above which a position is decisive");
+  sub->add_option("--max-abs", args->max_abs, "Fail if max |A - B| exceeds this");
+  sub->add_option("--max-nmse", args->max_nmse, "Fail if sum (A-B)^2 / sum B^2 exceeds this");
+  sub->add_option("--max-kl", args->max_kl, "Fail if any position's KL(B || A) exceeds this (nats)");
+  sub->add_option("--min-top1", args->min_top1, "Fail if top-1 agreement (fraction) is below this");
+  sub->add_option("--min-decisive-top1", args->min_decisive_top1,
+                  "Fail if top-1 agreement on decisive positions (fraction) is below this");
+  sub->callback([args] {
+    auto a = npy::Read(args->a);
+    ThrowIfError(a.status());
+    auto b = npy::Read(args->b);
+    ThrowIfError(b.status());
+    if (a->shape.size() != 2 || a->shape != b->shape) {
+      throw CliError(2, absl::StrFormat("%s and %s must both be 2-D [positions, vocab] of one shape",
+                                        args->a, args->b));
+    }
+    auto s = compare::Logits(a->data.data(), b->data.data(), a->shape[0], a->shape[1], args->margin);
+    ThrowIfError(s.status());
+    std::fputs(compare::Describe(*s).c_str(), stdout);
+    std::string breach;
+    auto check = [&](bool bad, const std::string& what) {
+      if (bad) breach += (breach.empty() ? "" : "; ") + what;
+    };
+    check(s->nan_a + s->nan_b > 0, "non-finite values present");
+    check(args->max_abs >= 0 && s->max_abs > args->max_abs,
+          absl::StrFormat("max_abs %.6g > %.6g", s->max_abs, args->max_abs));
+    check(args->max_nmse >= 0 && s->nmse > args->max_nmse,
+          absl::StrFormat("nmse %.6g > %.6g", s->nmse, args->max_nmse));
+    check(args->max_kl >= 0 && s->max_kl > args->max_kl,
+          absl::StrFormat("max kl %.6g > %.6g", s->max_kl, args->max_kl));
+    const double top1 = static_cast<double>(s->top1_agree) / s->positions;
+    check(args->min_top1 >= 0 && top1 < args->min_top1,
+          absl::StrFormat("top1 agreement %.4f < %.4f", top1, args->min_top1));
+    const double dec = s->decisive > 0 ? static_cast<double>(s->decisive_agree) / s->decisive : 1.0;
+    check(args->min_decisive_top1 >= 0 && dec < args->min_decisive_top1,
+          absl::StrFormat("decisive top1 agreement %.4f < %.4f", dec, args->min_decisive_top1));
+    if (!breach.empty()) throw CliError(1, "compare: " + breach);
+    std::puts("PASS");
+  });
+}
+
+}  // namespace lockstep::cli

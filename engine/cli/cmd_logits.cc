@@ -1,0 +1,85 @@
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/cli/commands.h"
+#include "engine/core/npy.h"
+#include "engine/models/model.h"
+#include "engine/runtime/model_store.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "oracle/make_backend.h"
+
+namespace lockstep::cli {
+
+// "1,2,3" -> ids; errors name the offending item.
+std::vector<int32_t> ParseTokenList(const std::string& text) {
+  std::vector<int32_t> ids;
+  int index = 0;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int32_t id;
+    if (!absl::SimpleAtoi(item, &id)) {
+      throw CliError(2, absl::StrCat("--tokens item #", index, " (\"", std::string(item),
+                                     "\") is not an integer"));
+    }
+    ids.push_back(id);
+    ++index;
+  }
+  return ids;
+}
+
+void RegisterLogits(CLI::App& app) {
+  struct Args {
+    std::string model, prompt, tokens, out, backend = "cpu", dump_dir;
+    int threads = 0;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("logits", "Write the logits of every prompt position to .npy");
+  sub->add_option("MODEL", args->model, "GGUF file path or known model name")->required();
+  auto* prompt = sub->add_option("--prompt", args->prompt, "Prompt text (tokenized with BOS per the model)");
+  auto* tokens = sub->add_option("--tokens", args->tokens, "Comma-separated token ids");
+  prompt->excludes(tokens);
+  sub->add_option("--out", args->out, "Output .npy, float32 [n_positions, n_vocab]")->required();
+  sub->add_option("--backend", args->backend, "ref | cpu")->envname("LOCKSTEP_BACKEND");
+  sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
+      ->envname("LOCKSTEP_THREADS");
+  sub->add_option("--dump-layers", args->dump_dir,
+                  "Directory to write every named intermediate as <name>.npy");
+  sub->callback([args, prompt, tokens] {
+    if (prompt->count() == 0 && tokens->count() == 0) {
+      throw CliError(2, "logits needs --prompt or --tokens");
+    }
+    auto path = runtime::ResolveModel(args->model);
+    ThrowIfError(path.status());
+    auto model = models::Model::Load(*path);
+    ThrowIfError(model.status());
+    std::vector<int32_t> ids;
+    if (tokens->count() > 0) {
+      ids = ParseTokenList(args->tokens);
+    } else {
+      auto tok = tokenizer::Tokenizer::FromGguf((*model)->file());
+      ThrowIfError(tok.status());
+      ids = tok->Encode(args->prompt, tok->add_bos_default(), /*parse_special=*/true);
+    }
+    if (ids.empty()) throw CliError(2, "the prompt has no tokens");
+    auto be = oracle::MakeBackend(args->backend, args->threads);
+    ThrowIfError(be.status());
+    models::KvCache cache((*model)->config(), static_cast<int64_t>(ids.size()));
+    models::BatchEntry entry{&cache, ids};
+    std::vector<float> logits;
+    models::DumpFn dump = [&](const std::string& name, const float* data, int64_t rows, int64_t cols) {
+      ThrowIfError(npy::Write(args->dump_dir + "/" + name + ".npy", {rows, cols}, data));
+    };
+    if (!args->dump_dir.empty()) std::filesystem::create_directories(args->dump_dir);
+    ThrowIfError(models::Forward(**model, **be, std::span<models::BatchEntry>(&entry, 1),
+                                 /*all_logits=*/true, &logits,
+                                 args->dump_dir.empty() ? nullptr : &dump));
+    const int64_t n_vocab = (*model)->config().n_vocab;
+    ThrowIfError(npy::Write(args->out, {static_cast<int64_t>(ids.size()), n_vocab}, logits.data()));
+    std::fprintf(stderr, "wrote %s [%zu, %lld] (%s backend)\n", args->out.c_str(), ids.size(),
+                 static_cast<long long>(n_vocab), args->backend.c_str());
+  });
+}
+
+}  // namespace lockstep::cli

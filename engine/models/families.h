@@ -1,0 +1,38 @@
+// The architecture registry: one entry per family, one file per family (STYLE.md rule 2).
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "engine/gguf/gguf.h"
+#include "engine/models/model.h"
+
+namespace lockstep::models {
+
+struct Family {
+  std::string_view arch;  // general.architecture
+  // Reads `<arch>.*` hyperparameters into *c (n_vocab is known from token_embd).
+  absl::Status (*read_config)(const gguf::File& f, Config* c);
+};
+
+// Family entry points, defined in llama.cc, gemma3.cc, qwen3.cc.
+absl::Status ReadLlamaConfig(const gguf::File& f, Config* c);
+absl::Status ReadGemma3Config(const gguf::File& f, Config* c);
+absl::Status ReadQwen3Config(const gguf::File& f, Config* c);
+
+inline constexpr Family kFamilies[] = {
+    {"llama", &ReadLlamaConfig},
+    {"gemma3", &ReadGemma3Config},
+    {"qwen3", &ReadQwen3Config},
+};
+
+// Shared hyperparameter readers; errors name the key.
+absl::StatusOr<int64_t> GetInt(const gguf::File& f, std::string_view key);
+absl::StatusOr<int64_t> GetIntOr(const gguf::File& f, std::string_view key, int64_t fallback);
+absl::StatusOr<float> GetFloat(const gguf::File& f, std::string_view key);
+absl::StatusOr<float> GetFloatOr(const gguf::File& f, std::string_view key, float fallback);
+// Fills the fields every family shares: n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff,
+// n_rot, norm_eps, rope base, context length, default attention scale.
+absl::Status ReadCommonConfig(const gguf::File& f, const std::string& arch, Config* c);
+
+}  // namespace lockstep::models
