@@ -28,5 +28,7 @@ void RegisterInspect(CLI::App& app);
 void RegisterModels(CLI::App& app);  // `pull` and `models`
 void RegisterCompare(CLI::App& app);
 void RegisterLogits(CLI::App& app);
+void RegisterText(CLI::App& app);  // tokenize, detokenize, template
+void RegisterRun(CLI::App& app);
 
 }  // namespace lockstep::cli

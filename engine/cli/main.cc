@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterModels(app);
   lockstep::cli::RegisterCompare(app);
   lockstep::cli::RegisterLogits(app);
+  lockstep::cli::RegisterText(app);
+  lockstep::cli::RegisterRun(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
     app.parse(argc, argv);

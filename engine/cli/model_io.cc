@@ -1,0 +1,94 @@
+#include "engine/cli/model_io.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "engine/cli/commands.h"
+#include "engine/runtime/model_store.h"
+
+namespace lockstep::cli {
+namespace {
+
+void Prefault(const gguf::File& f) {
+  const uint64_t size = f.file_size();
+  const uint64_t step = 4096, report = size / 50 + 1;
+  uint8_t acc = 0;
+  uint64_t next = 0;
+  const bool tty = isatty(STDERR_FILENO);
+  for (uint64_t off = 0; off < size; off += step) {
+    acc ^= f.bytes()[off];
+    if (off >= next) {
+      const int pct = static_cast<int>(100.0 * off / size);
+      std::fprintf(stderr, tty ? "\rloading [%-50s] %3d%%" : "", std::string(pct / 2, '#').c_str(), pct);
+      next += report;
+    }
+  }
+  std::fprintf(stderr, tty ? "\rloading [%s] 100%%\n" : "", std::string(50, '#').c_str());
+  volatile uint8_t sink = acc;  // keeps the reads
+  (void)sink;
+}
+
+std::unique_ptr<tokenizer::Tokenizer> MakeTokenizer(const gguf::File& f) {
+  auto tok = tokenizer::Tokenizer::FromGguf(f);
+  ThrowIfError(tok.status());
+  return std::make_unique<tokenizer::Tokenizer>(std::move(*tok));
+}
+
+}  // namespace
+
+LoadedModel LoadModel(const std::string& name_or_path, bool progress) {
+  LoadedModel m;
+  auto path = runtime::ResolveModel(name_or_path);
+  ThrowIfError(path.status());
+  m.path = *path;
+  auto model = models::Model::Load(m.path);
+  ThrowIfError(model.status());
+  m.model = std::move(*model);
+  if (progress) Prefault(m.model->file());
+  m.tok = MakeTokenizer(m.model->file());
+  return m;
+}
+
+LoadedModel LoadTokenizerOnly(const std::string& name_or_path) {
+  LoadedModel m;
+  auto path = runtime::ResolveModel(name_or_path);
+  ThrowIfError(path.status());
+  m.path = *path;
+  auto file = gguf::File::Open(m.path);
+  ThrowIfError(file.status());
+  m.tok = MakeTokenizer(*file);
+  return m;
+}
+
+std::string RenderChat(const LoadedModel& m, const std::string& template_file,
+                       const std::vector<tokenizer::ChatMessage>& messages,
+                       bool add_generation_prompt) {
+  std::string source;
+  if (!template_file.empty()) {
+    std::ifstream in(template_file);
+    if (!in) throw CliError(2, "cannot read --template file " + template_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    source = ss.str();
+  } else {
+    auto file = gguf::File::Open(m.path);
+    ThrowIfError(file.status());
+    const gguf::Value* v = file->Find("tokenizer.chat_template");
+    if (v == nullptr || v->type != gguf::ValueType::STRING) {
+      throw CliError(2, m.path + " has no tokenizer.chat_template; pass one with --template FILE");
+    }
+    source = v->str;
+  }
+  auto tpl = tokenizer::ChatTemplate::Parse(source);
+  ThrowIfError(tpl.status());
+  const tokenizer::Tokenizer& t = *m.tok;
+  auto text = tpl->Render(messages, add_generation_prompt, t.TokenText(t.bos_id()),
+                          t.TokenText(t.eos_id()));
+  ThrowIfError(text.status());
+  return *text;
+}
+
+}  // namespace lockstep::cli

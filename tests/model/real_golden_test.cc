@@ -1,0 +1,112 @@
+// The real models (SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M) against golden logits from
+// transformers loading the same GGUF (oracle/gen_real_golden.py, golden/real/). The golden keeps,
+// per position, the full row's log-sum-exp and the top-256 (id, logit) pairs.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/core/npy.h"
+#include "engine/core/tolerances.h"
+#include "engine/models/model.h"
+#include "engine/runtime/model_store.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "oracle/make_backend.h"
+
+namespace lockstep {
+namespace {
+
+const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/real/";
+
+struct Case {
+  std::string model;
+  std::string backend;
+  int prompts;  // how many of the golden's prompts to run (ref is slow)
+  // transformers 5.17's GGUF tokenizer conversion for gemma3 (on the device that made the
+  // golden) does not apply merges and adds no BOS: its ids are valid model input but no
+  // tokenizer golden. Gemma's tokenizer is pinned by golden/tokenizer/ (transformers 5.24).
+  bool check_tokens;
+};
+
+class RealGolden : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RealGolden, MatchesTransformers) {
+  const Case& c = GetParam();
+  const runtime::KnownModel* km = runtime::FindKnownModel(c.model);
+  ASSERT_NE(km, nullptr);
+  ASSERT_TRUE(runtime::IsCached(*km)) << runtime::CachedPath(*km)
+                                      << " is missing: run `build/bin/lockstep pull " << c.model
+                                      << "` (make test does)";
+  std::ifstream in(kDir + c.model + ".json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  ASSERT_EQ(meta["model_sha256"], km->sha256) << "golden was made from another file";
+  auto model = models::Model::Load(runtime::CachedPath(*km));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tok = tokenizer::Tokenizer::FromGguf((*model)->file());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto be = oracle::MakeBackend(c.backend, 0);
+  ASSERT_TRUE(be.ok());
+  const int64_t V = (*model)->config().n_vocab;
+  int64_t positions = 0, decisive = 0;
+  for (int i = 0; i < c.prompts; ++i) {
+    const auto& p = meta["prompts"][i];
+    const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    // HF's tokenization of the prompt (with its BOS rule) is a second tokenizer golden.
+    if (c.check_tokens) EXPECT_EQ(tok->Encode(p["text"].get<std::string>(), tok->add_bos_default(), false), ids)
+        << "prompt " << i;
+    auto g = npy::Read(kDir + c.model + ".p" + std::to_string(i) + ".npy");
+    ASSERT_TRUE(g.ok()) << g.status();
+    const int64_t K = (g->shape[1] - 1) / 2;
+    ASSERT_EQ(g->shape[0], static_cast<int64_t>(ids.size()));
+    models::KvCache cache((*model)->config(), static_cast<int64_t>(ids.size()));
+    models::BatchEntry e{&cache, ids};
+    std::vector<float> logits;
+    ASSERT_TRUE(models::Forward(**model, **be, std::span(&e, 1), true, &logits).ok());
+    double err2 = 0, ref2 = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const float* row = g->data.data() + t * g->shape[1];
+      const float* ours = logits.data() + t * V;
+      double mx = -INFINITY, sum = 0;
+      int64_t argmax = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        ASSERT_TRUE(std::isfinite(ours[v])) << "position " << t << " token " << v;
+        if (ours[v] > ours[argmax]) argmax = v;
+        mx = std::max(mx, static_cast<double>(ours[v]));
+      }
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(ours[v] - mx);
+      EXPECT_NEAR(mx + std::log(sum), row[0], tol::kRealGoldenLseAbs) << "position " << t;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t id = static_cast<int64_t>(row[1 + k]);
+        const double d = static_cast<double>(ours[id]) - row[1 + K + k];
+        EXPECT_LE(std::fabs(d), tol::kRealGoldenMaxAbs) << "position " << t << " token " << id;
+        err2 += d * d;
+        ref2 += static_cast<double>(row[1 + K + k]) * row[1 + K + k];
+      }
+      if (row[1 + K] - row[2 + K] > tol::kGoldenDecisiveMargin) {
+        ++decisive;
+        EXPECT_EQ(argmax, static_cast<int64_t>(row[1])) << "position " << t;
+      }
+      ++positions;
+    }
+    EXPECT_LE(err2 / ref2, tol::kRealGoldenNmse) << "prompt " << i;
+    std::printf("[ golden ] %s %s prompt %d: %zu positions, top-%lld NMSE %.3g\n", c.model.c_str(),
+                c.backend.c_str(), i, ids.size(), static_cast<long long>(K), err2 / ref2);
+  }
+  std::printf("[ covered ] %s on %s: %lld positions, %lld decisive\n", c.model.c_str(),
+              c.backend.c_str(), static_cast<long long>(positions), static_cast<long long>(decisive));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, RealGolden,
+                         ::testing::Values(Case{"smollm2-135m", "cpu", 3, true},
+                                           Case{"smollm2-135m", "ref", 1, true},
+                                           Case{"gemma3-270m", "cpu", 3, false},
+                                           Case{"gemma3-270m", "ref", 1, false}),
+                         [](const auto& info) {
+                           std::string n = info.param.model + "_" + info.param.backend;
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace lockstep
