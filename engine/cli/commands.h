@@ -30,5 +30,6 @@ void RegisterCompare(CLI::App& app);
 void RegisterLogits(CLI::App& app);
 void RegisterText(CLI::App& app);  // tokenize, detokenize, template
 void RegisterRun(CLI::App& app);
+void RegisterBench(CLI::App& app);
 
 }  // namespace lockstep::cli

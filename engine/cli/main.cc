@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterLogits(app);
   lockstep::cli::RegisterText(app);
   lockstep::cli::RegisterRun(app);
+  lockstep::cli::RegisterBench(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
     app.parse(argc, argv);
