@@ -5,7 +5,7 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 LOCKSTEP := build/bin/lockstep
 
-.PHONY: deps build build-fuzz build-cuda models run test test-asan coverage fuzz-long clean
+.PHONY: deps build build-fuzz build-cuda models run test test-asan coverage fuzz-long bench clean
 
 deps:
 	@bash ci/deps
@@ -30,7 +30,7 @@ models: build
 
 run: build
 	$(LOCKSTEP) pull smollm2-135m >/dev/null
-	$(LOCKSTEP) inspect smollm2-135m
+	$(LOCKSTEP) run smollm2-135m --chat --prompt "Explain in two sentences why the sky is blue." -n 96
 
 test: build build-fuzz models
 	ctest --preset cpu -j $(JOBS)
@@ -54,6 +54,10 @@ coverage: deps models
 FUZZ_SECONDS ?= 3600
 fuzz-long: build-fuzz
 	bash ci/fuzz-smoke gguf $(FUZZ_SECONDS)
+
+bench: build
+	$(LOCKSTEP) pull smollm2-135m >/dev/null
+	bash ci/bench-cpu
 
 clean:
 	rm -rf build build-fuzz build-cuda build-asan build-cov
