@@ -142,10 +142,11 @@ absl::Status Forward(const Model& model, Backend& be, std::span<BatchEntry> batc
   }
   be.RmsNorm(sel.data(), static_cast<const float*>(w.output_norm.data), R, d, c.norm_eps, sel.data());
   if (dump != nullptr) (*dump)("result_norm", sel.data(), R, d);
-  logits->resize(R * c.n_vocab);
+  const int64_t n_out = w.output.rows;  // n_vocab, or the kept rows of a trimmed head
+  logits->resize(R * n_out);
   be.MatMul(w.output, sel.data(), R, logits->data());
-  if (c.final_softcap > 0.0f) be.Softcap(logits->data(), R * c.n_vocab, c.final_softcap);
-  if (dump != nullptr) (*dump)("result_output", logits->data(), R, c.n_vocab);
+  if (c.final_softcap > 0.0f) be.Softcap(logits->data(), R * n_out, c.final_softcap);
+  if (dump != nullptr) (*dump)("result_output", logits->data(), R, n_out);
 
   for (BatchEntry& b : batch) b.cache->n_past += static_cast<int64_t>(b.tokens.size());
   return absl::OkStatus();

@@ -53,8 +53,30 @@ absl::Status BindWeights(const gguf::File& f, Config* c, Weights* w) {
   const int64_t d = c->n_embd, q_dim = c->n_head * c->head_dim, kv_dim = c->n_kv_head * c->head_dim;
   ASSIGN_OR_RETURN(w->tok_embd, Bind(f, "token_embd.weight", {d, c->n_vocab}));
   ASSIGN_OR_RETURN(w->output_norm, Bind(f, "output_norm.weight", {d}, true));
-  if (f.FindTensor("output.weight") != nullptr) {
-    ASSIGN_OR_RETURN(w->output, Bind(f, "output.weight", {d, c->n_vocab}));
+  if (const gguf::TensorInfo* out = f.FindTensor("output.weight"); out != nullptr) {
+    const gguf::Value* ids = f.Find("lockstep.trim.ids");
+    if (ids == nullptr) {
+      ASSIGN_OR_RETURN(w->output, Bind(f, "output.weight", {d, c->n_vocab}));
+    } else {
+      // A trimmed head: one row per kept token, ids distinct and inside the vocabulary.
+      if (ids->type != gguf::ValueType::ARRAY || ids->arr.empty() ||
+          static_cast<int64_t>(ids->arr.size()) > c->n_vocab) {
+        return absl::InvalidArgumentError(
+            "metadata key lockstep.trim.ids must be a non-empty integer array no longer than the vocabulary");
+      }
+      std::vector<uint8_t> seen(c->n_vocab, 0);
+      for (size_t i = 0; i < ids->arr.size(); ++i) {
+        const gguf::Value& v = ids->arr[i];
+        const int64_t id = v.AsInt();
+        if (!v.IsInteger() || id < 0 || id >= c->n_vocab || seen[id]) {
+          return absl::InvalidArgumentError(absl::StrCat("lockstep.trim.ids[", i, "] = ", id,
+                                                         " is not a distinct id in [0, ", c->n_vocab, ")"));
+        }
+        seen[id] = 1;
+        w->output_ids.push_back(static_cast<int32_t>(id));
+      }
+      ASSIGN_OR_RETURN(w->output, Bind(f, "output.weight", {d, static_cast<int64_t>(ids->arr.size())}));
+    }
   } else {
     w->output = w->tok_embd;  // tied embeddings
   }

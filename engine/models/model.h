@@ -46,6 +46,9 @@ struct LayerWeights {
 struct Weights {
   backend::Weight tok_embd, output_norm, output;
   std::vector<LayerWeights> layers;
+  // A trimmed output head (FR-Spec drafts): output row r scores token output_ids[r]. Empty when
+  // the head covers the whole vocabulary in id order.
+  std::vector<int32_t> output_ids;
 };
 
 class Model {
@@ -84,7 +87,8 @@ using DumpFn = std::function<void(const std::string& name, const float* data, in
                                   int64_t cols)>;
 
 // Runs the batch; advances each cache's n_past by its token count. `logits` receives, per entry
-// in order, [T_e, n_vocab] when all_logits, else [1, n_vocab] for the entry's last token.
+// in order, [T_e, n_out] when all_logits, else [1, n_out] for the entry's last token, where
+// n_out = weights().output.rows (n_vocab, or the kept rows of a trimmed head).
 absl::Status Forward(const Model& model, backend::Backend& be, std::span<BatchEntry> batch,
                      bool all_logits, std::vector<float>* logits, const DumpFn* dump = nullptr);
 

@@ -41,11 +41,19 @@ class ModelDrafter : public Drafter {
     fed_.resize(keep);
     std::vector<int32_t> step(req.context.begin() + keep, req.context.end());
     std::vector<int32_t> history(req.context.begin(), req.context.end());
-    std::vector<float> logits;
+    std::vector<float> logits, raw;
     for (int i = 0; i < req.k; ++i) {
       models::BatchEntry e{&cache_, step};
-      RETURN_IF_ERROR(models::Forward(*draft_, be_, std::span(&e, 1), false, &logits));
+      RETURN_IF_ERROR(models::Forward(*draft_, be_, std::span(&e, 1), false, &raw));
       fed_.insert(fed_.end(), step.begin(), step.end());
+      // A trimmed head scores only its kept tokens; the others can never be proposed.
+      const std::vector<int32_t>& ids = draft_->weights().output_ids;
+      if (ids.empty()) {
+        logits.swap(raw);
+      } else {
+        logits.assign(n_vocab_, -INFINITY);
+        for (size_t r = 0; r < ids.size(); ++r) logits[ids[r]] = raw[r];
+      }
       const uint64_t position = static_cast<uint64_t>(len + i);
       int32_t x;
       if (req.mode == SpecMode::kReject) {
