@@ -32,7 +32,7 @@ struct ChatMessage {
 // steps per message); the fuzzer lowers them.
 struct RenderLimits {
   uint64_t max_output_bytes = uint64_t{16} << 20;  // the prompt, and any one string value
-  uint64_t max_steps = 20'000'000;  // nodes evaluated + loop iterations + elements touched
+  uint64_t max_steps = 5'000'000;  // nodes evaluated + loop iterations + elements touched
   uint64_t max_container_elements = uint64_t{1} << 20;  // elements of any one list or dict
 };
 

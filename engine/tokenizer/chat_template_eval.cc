@@ -128,6 +128,12 @@ class Evaluator {
       if (!target.is_namespace()) {
         return TemplateError(s.pos, "cannot assign attribute on non-namespace object");
       }
+      // Python's garbage collector breaks reference cycles; shared_ptr cannot, so a namespace
+      // may not hold what could lead back to it.
+      if (v.holds_refs()) {
+        return TemplateError(s.pos, "unsupported: a namespace attribute holding a namespace, "
+                                    "loop or function");
+      }
       if (Value* slot = target.ns().Find(s.attr)) {
         *slot = std::move(v);
       } else {

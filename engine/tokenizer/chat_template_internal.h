@@ -93,12 +93,16 @@ struct Value {
   const std::string& undefined_hint() const { return *std::get<Undefined>(v).hint; }
   // Nesting depth of containers (0 for scalars).
   int depth() const;
+  // Whether this is, or a container that holds, a namespace, loop or function: the values that
+  // could make a reference cycle if stored into a namespace attribute.
+  bool holds_refs() const;
 };
 
 struct List {
   std::vector<Value> items;
   SeqKind kind = SeqKind::kList;
   int depth = 1;
+  bool holds_refs = false;
   mutable bool consumed = false;  // a kIterator yields its items once
   bool opaque() const { return kind == SeqKind::kView || kind == SeqKind::kIterator; }
 };
@@ -106,6 +110,7 @@ struct List {
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;  // insertion order, as Python keeps it
   int depth = 1;
+  bool holds_refs = false;
   const Value* Find(std::string_view key) const;
 };
 

@@ -65,13 +65,23 @@ class Lexer {
   }
 
  private:
-  Pos PosAt(size_t offset) const {
+  // Line and column (in code points) of a byte offset. Offsets mostly grow, so counting
+  // resumes from the previous answer when it is on the same line (long one-line templates
+  // would otherwise cost quadratic time).
+  Pos PosAt(size_t offset) {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     size_t line_start = *(it - 1);
+    size_t from = line_start;
     int col = 1;
-    for (size_t i = line_start; i < offset && i < src_.size(); ++i) {
+    if (cache_offset_ >= line_start && cache_offset_ <= offset) {
+      from = cache_offset_;
+      col = cache_col_;
+    }
+    for (size_t i = from; i < offset && i < src_.size(); ++i) {
       if ((static_cast<unsigned char>(src_[i]) & 0xC0) != 0x80) ++col;
     }
+    cache_offset_ = offset;
+    cache_col_ = col;
     return Pos{static_cast<int>(it - line_starts_.begin()), col};
   }
 
@@ -398,6 +408,8 @@ class Lexer {
   std::string src_;
   std::vector<size_t> line_starts_;
   std::vector<Token> tokens_;
+  size_t cache_offset_ = 0;
+  int cache_col_ = 1;
 };
 
 }  // namespace

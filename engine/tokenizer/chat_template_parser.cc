@@ -566,14 +566,9 @@ class Parser {
     }
     Advance();  // ]
     if (keys.empty()) return Fail(Cur(), "expected a subscript inside '[]'");
-    ExprP key;
-    if (keys.size() == 1) {
-      key = std::move(keys[0]);
-    } else {
-      key = NewExpr(ExprKind::kTuple, pos);
-      key->args = std::move(keys);
-      ASSIGN_OR_RETURN(key, Finish(std::move(key)));
-    }
+    // x[a, b] subscripts by a tuple, which no str/list/dict key matches in a chat template.
+    if (keys.size() > 1) return TemplateError(pos, "unsupported subscript with several keys");
+    ExprP key = std::move(keys[0]);
     if (key->kind == ExprKind::kSlice) {
       key->args.insert(key->args.begin(), std::move(node));
       return Finish(std::move(key));

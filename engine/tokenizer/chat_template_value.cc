@@ -22,7 +22,10 @@ Value Value::MakeStr(std::string s) { return Value{std::make_shared<const std::s
 Value Value::MakeList(std::vector<Value> items, SeqKind kind) {
   auto list = std::make_shared<List>();
   int depth = 0;
-  for (const Value& item : items) depth = std::max(depth, item.depth());
+  for (const Value& item : items) {
+    depth = std::max(depth, item.depth());
+    list->holds_refs = list->holds_refs || item.holds_refs();
+  }
   list->depth = depth + 1;
   list->items = std::move(items);
   list->kind = kind;
@@ -31,7 +34,10 @@ Value Value::MakeList(std::vector<Value> items, SeqKind kind) {
 Value Value::MakeDict(std::vector<std::pair<std::string, Value>> items) {
   auto dict = std::make_shared<Dict>();
   int depth = 0;
-  for (const auto& [key, value] : items) depth = std::max(depth, value.depth());
+  for (const auto& [key, value] : items) {
+    depth = std::max(depth, value.depth());
+    dict->holds_refs = dict->holds_refs || value.holds_refs();
+  }
   dict->depth = depth + 1;
   dict->items = std::move(items);
   return Value{std::shared_ptr<const Dict>(std::move(dict))};
@@ -40,6 +46,12 @@ int Value::depth() const {
   if (is_list()) return list().depth;
   if (is_dict()) return dict().depth;
   return 0;
+}
+
+bool Value::holds_refs() const {
+  if (is_list()) return list().holds_refs;
+  if (is_dict()) return dict().holds_refs;
+  return is_namespace() || is_loop() || is_callable();
 }
 
 const Value* Dict::Find(std::string_view key) const {
