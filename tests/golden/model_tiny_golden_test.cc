@@ -27,6 +27,9 @@ struct Case {
   std::string backend;
 };
 
+// Readable test parameters in CTest/gtest output.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << "/" << c.backend; }
+
 class TinyGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TinyGolden, MatchesTransformers) {

@@ -29,6 +29,9 @@ struct Case {
   bool check_tokens;
 };
 
+// Readable test parameters in CTest/gtest output.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "/" << c.backend; }
+
 class RealGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RealGolden, MatchesTransformers) {
