@@ -31,5 +31,8 @@ void RegisterLogits(CLI::App& app);
 void RegisterText(CLI::App& app);  // tokenize, detokenize, template
 void RegisterRun(CLI::App& app);
 void RegisterBench(CLI::App& app);
+void RegisterBenchSpec(CLI::App& app);
+void RegisterQuantize(CLI::App& app);
+void RegisterFrSpec(CLI::App& app);  // ranks, trim-draft
 
 }  // namespace lockstep::cli

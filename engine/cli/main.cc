@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterText(app);
   lockstep::cli::RegisterRun(app);
   lockstep::cli::RegisterBench(app);
+  lockstep::cli::RegisterBenchSpec(app);
+  lockstep::cli::RegisterQuantize(app);
+  lockstep::cli::RegisterFrSpec(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
     app.parse(argc, argv);
