@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_dot_kernels.h"
+#include "engine/core/threads.h"
 
 namespace lockstep::backend::cpu {
 
@@ -25,5 +27,16 @@ void DotFixedX2(const float* a, const float* b0, const float* b1, int64_t n, flo
 // Row r of w, dequantized by the shared quant code into dst: [w.cols]. A type without a codec
 // breaks the caller's precondition (the model loader rejects such files): it stops the program.
 void DequantizeRowOrDie(const Weight& w, int64_t r, float* dst);
+
+// y = W x^T the slow, obvious way: each row of w dequantized by DequantizeRowOrDie, then
+// y[t, r] = DotFixed(row, x[t, :], w.cols). W: [rows, cols], x: [T, cols], y: [T, rows].
+// The reference CpuBackend::MatMul must equal bit for bit; single-threaded.
+void MatMulReference(const Weight& w, const float* x, int64_t T, float* y);
+
+// CpuBackend::MatMul with the fused kernels of `isa` (which must be available), rows split over
+// `pool`; bit-identical to MatMulReference for every isa, T and pool size. A type without a codec
+// goes to MatMulReference, which stops the program naming the weight.
+void MatMulWithIsa(DotIsa isa, const Weight& w, const float* x, int64_t T, float* y,
+                   core::ThreadPool& pool);
 
 }  // namespace lockstep::backend::cpu

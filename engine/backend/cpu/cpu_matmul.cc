@@ -1,63 +1,66 @@
-// MatMul and GetRows of the cpu backend: weights decoded row by row by the shared dequantizer,
-// float dots in the fixed order of DotFixed (cpu_kernels.h).
+// MatMul and GetRows of the cpu backend. MatMul runs the fused decode-and-dot kernels of
+// cpu_dot_kernels.h (the fastest build this machine runs); MatMulReference is its slow twin:
+// rows decoded by the shared dequantizer, then DotFixed. Both give the same bits (the contract
+// of cpu_kernels.h; tests/unit/cpu_matmul_fast_test.cc holds them to it).
 #include <algorithm>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_dot_kernels.h"
 #include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/quant/types.h"
 
 namespace lockstep::backend {
 namespace {
 
-// Weight rows decoded together: [kRowTile, cols] floats are then reused by every activation row,
-// so the decode cost is paid once per call and the tile stays in cache across the T loop.
-constexpr int64_t kRowTile = 8;
-
 // Smallest amount of work (multiply-adds) worth waking a worker for.
 constexpr int64_t kMinWorkPerChunk = 1 << 16;
 
+cpu::DotMatMulArgs DotArgs(const Weight& w, const float* x, int64_t T, float* y) {
+  return {w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows, w.cols, x, T, y};
+}
+
 }  // namespace
 
-// y[t, r] = sum_c W[r, c] * x[t, c].   W: [rows, cols] blocks, x: [T, cols], y: [T, rows]
-// Threads partition tiles of output rows; each y[t, r] is one DotFixed(W[r, :], x[t, :], cols)
-// (or the identical half of a DotFixedX2), whatever T, the thread count or t.
-void CpuBackend::MatMul(const Weight& w, const float* x, int64_t T, float* y) {
+namespace cpu {
+
+// y[t, r] = DotFixed(dequantized W[r, :], x[t, :], cols).   W: [rows, cols], x: [T, cols],
+// y: [T, rows]. Single-threaded: the result does not depend on the partition anyway.
+void MatMulReference(const Weight& w, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
-  const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
-  const int64_t work_per_tile = kRowTile * cols * std::max<int64_t>(T, 1);
-  const int64_t grain =
-      std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(work_per_tile, 1));
-  const bool is_f32 = w.type == quant::Type::F32;
-  pool_.ParallelFor(tiles, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(is_f32 ? 0 : kRowTile * cols);  // [kRowTile, cols]
-    const float* w_row[kRowTile];
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t r0 = i * kRowTile;
-      const int64_t nr = std::min(kRowTile, rows - r0);
-      for (int64_t k = 0; k < nr; ++k) {
-        if (is_f32) {
-          w_row[k] = static_cast<const float*>(w.data) + (r0 + k) * cols;
-        } else {
-          cpu::DequantizeRowOrDie(w, r0 + k, tile.data() + k * cols);
-          w_row[k] = tile.data() + k * cols;
-        }
-      }
-      int64_t t = 0;
-      for (; t + 2 <= T; t += 2) {
-        const float* x0 = x + t * cols;
-        const float* x1 = x0 + cols;
-        for (int64_t k = 0; k < nr; ++k) {
-          cpu::DotFixedX2(w_row[k], x0, x1, cols, &y[t * rows + r0 + k],
-                          &y[(t + 1) * rows + r0 + k]);
-        }
-      }
-      for (; t < T; ++t) {
-        for (int64_t k = 0; k < nr; ++k) {
-          y[t * rows + r0 + k] = cpu::DotFixed(w_row[k], x + t * cols, cols);
-        }
-      }
+  std::vector<float> row(w.type == quant::Type::F32 ? 0 : cols);  // [cols]
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* wr = static_cast<const float*>(w.data) + r * cols;
+    if (w.type != quant::Type::F32) {
+      DequantizeRowOrDie(w, r, row.data());
+      wr = row.data();
     }
-  });
+    for (int64_t t = 0; t < T; ++t) y[t * rows + r] = DotFixed(wr, x + t * cols, cols);
+  }
+}
+
+void MatMulWithIsa(DotIsa isa, const Weight& w, const float* x, int64_t T, float* y,
+                   core::ThreadPool& pool) {
+  if (!quant::Traits(w.type).lockstep_codec) {
+    MatMulReference(w, x, T, y);  // stops the program with the weight's name and type
+    return;
+  }
+  const DotMatMulArgs a = DotArgs(w, x, T, y);
+  // Rows are the unit of work: at T = 1 a 576-column row is ~0.3 us, so even the smallest
+  // matmul of a decode step splits across the pool.
+  const int64_t work_per_row = std::max<int64_t>(1, w.cols * std::max<int64_t>(T, 1));
+  const int64_t grain = std::max<int64_t>(1, kMinWorkPerChunk / work_per_row);
+  pool.ParallelFor(w.rows, grain,
+                   [&](int64_t begin, int64_t end) { DotMatMulRows(isa, a, begin, end); });
+}
+
+}  // namespace cpu
+
+// y[t, r] = sum_c W[r, c] * x[t, c].   W: [rows, cols] blocks, x: [T, cols], y: [T, rows]
+// Threads partition output rows; each y[t, r] is DotFixed(W[r, :], x[t, :], cols) bit for bit,
+// whatever T, the thread count or t.
+void CpuBackend::MatMul(const Weight& w, const float* x, int64_t T, float* y) {
+  cpu::MatMulWithIsa(cpu::BestDotIsa(), w, x, T, y, pool_);
 }
 
 // out[t, :] = table[ids[t], :].   out: [T, table.cols]; a copy of the dequantized row.

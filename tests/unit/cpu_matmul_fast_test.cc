@@ -1,0 +1,209 @@
+// The cpu backend's fused decode-and-dot MatMul (cpu_dot_kernels.h) against its slow twin,
+// cpu::MatMulReference (shared dequantizer + DotFixed), bit for bit: every type with a codec,
+// every instruction-set build this machine runs, T = 1..9, several shapes (row lengths that are
+// one block, a few blocks, a real model's width; float rows with ragged tails), thread counts 1,
+// 2 and 3. Outputs are poisoned with NaN before each call, so an element the kernel skips fails.
+//
+// Weights are quantized random floats (the values models carry): every output bit must match.
+// For block types also raw random bytes (any scale bits: subnormal, Inf, NaN): there every
+// non-NaN output must match bit for bit and NaN must meet NaN, but a NaN's payload and sign may
+// differ. Which of two NaN operands an add returns is decided by the operand order the compiler
+// picks for a commutative IEEE add, in the reference as much as in the fast path, so no source
+// code pins it (decode.h makes the same exception between host and device). Activations mix in
+// exact +0, -0 and tiny values so a +0 added to a -0 lane, or a reordered sum, shows in the bits.
+//
+// Seed: LOCKSTEP_SEED=<n> replays a run; without it a fresh seed is drawn and printed.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_dot_kernels.h"
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/core/threads.h"
+#include "engine/quant/quant.h"
+#include "engine/quant/types.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using backend::Weight;
+using backend::cpu::DotIsa;
+
+uint64_t RunSeed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("LOCKSTEP_SEED");
+    const uint64_t s = env ? std::strtoull(env, nullptr, 0) : std::random_device{}();
+    std::printf("[ seed     ] LOCKSTEP_SEED=%llu (set it to replay this run)\n",
+                static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+std::vector<quant::Type> CodecTypes() {
+  std::vector<quant::Type> out;
+  for (uint32_t id = 0; id < 64; ++id) {
+    quant::TypeTraits t;
+    if (quant::LookupType(id, &t) && t.lockstep_codec) out.push_back(static_cast<quant::Type>(id));
+  }
+  return out;
+}
+
+std::vector<DotIsa> AvailableIsas() {
+  std::vector<DotIsa> out;
+  for (DotIsa isa : {DotIsa::kBase, DotIsa::kAvx2}) {
+    if (backend::cpu::DotIsaAvailable(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Row lengths for a type: one block, three blocks, SmolLM2's 576 and Gemma 3's 640 where they
+// are whole blocks; float types also get lengths with every kind of tail (< 16, 16..31).
+std::vector<int64_t> ColsFor(quant::Type type) {
+  const int64_t bs = quant::Traits(type).block_size;
+  if (bs == 1) return {1, 13, 16, 37, 48, 77, 576};
+  std::vector<int64_t> out = {bs, 3 * bs};
+  for (int64_t c : {576, 640, 1536}) {
+    if (c % bs == 0 && c != bs && c != 3 * bs) out.push_back(c);
+  }
+  return out;
+}
+
+// x: [n] floats in [-1, 1] with exact +0, -0 and subnormal-product-sized values mixed in.
+std::vector<float> Activations(std::mt19937_64& rng, int64_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 15);
+  std::vector<float> x(n);
+  for (float& v : x) {
+    switch (pick(rng)) {
+      case 0: v = 0.0f; break;
+      case 1: v = -0.0f; break;
+      case 2: v = u(rng) * 1e-30f; break;
+      default: v = u(rng); break;
+    }
+  }
+  return x;
+}
+
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  Weight w;
+};
+
+// Quantized random floats (raw = false), or raw random bytes for block types (raw = true).
+TestWeight MakeWeight(std::mt19937_64& rng, quant::Type type, int64_t rows, int64_t cols,
+                      bool raw) {
+  TestWeight tw;
+  tw.w.type = type;
+  tw.w.rows = rows;
+  tw.w.cols = cols;
+  tw.w.name = "test.weight";
+  tw.bytes.resize(rows * tw.w.row_bytes());
+  if (raw) {
+    for (uint8_t& b : tw.bytes) b = static_cast<uint8_t>(rng());
+  } else {
+    std::normal_distribution<float> g(0.0f, 0.5f);
+    std::vector<float> src(rows * cols);
+    for (float& v : src) v = g(rng);
+    EXPECT_TRUE(quant::Quantize(type, src.data(), rows * cols, tw.bytes.data()).ok());
+  }
+  tw.w.data = tw.bytes.data();
+  return tw;
+}
+
+// Number of elements whose bits differ (with nan_payloads_free, a NaN meeting a NaN of other bits
+// counts as equal); prints the first few.
+int CountBitDiffs(const std::vector<float>& want, const std::vector<float>& got,
+                  const std::string& what, bool nan_payloads_free) {
+  int diffs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &want[i], 4);
+    std::memcpy(&b, &got[i], 4);
+    if (a == b || (nan_payloads_free && std::isnan(want[i]) && std::isnan(got[i]))) continue;
+    if (++diffs <= 3) {
+      ADD_FAILURE() << what << ": y[" << i << "] reference " << want[i] << " (0x" << std::hex << a
+                    << ") fast " << got[i] << " (0x" << b << std::dec << ")";
+    }
+  }
+  return diffs;
+}
+
+// Checks every (isa, threads, T) for one weight; returns the number of MatMul calls compared.
+int CheckWeight(const TestWeight& tw, std::mt19937_64& rng,
+                std::vector<std::unique_ptr<core::ThreadPool>>& pools, const std::string& tag,
+                bool nan_payloads_free) {
+  const Weight& w = tw.w;
+  constexpr int64_t kMaxT = 9;
+  const std::vector<float> x = Activations(rng, kMaxT * w.cols);  // [kMaxT, cols]
+  int calls = 0;
+  for (int64_t T = 1; T <= kMaxT; ++T) {
+    std::vector<float> want(T * w.rows, std::numeric_limits<float>::quiet_NaN());
+    backend::cpu::MatMulReference(w, x.data(), T, want.data());
+    for (DotIsa isa : AvailableIsas()) {
+      for (auto& pool : pools) {
+        std::vector<float> got(T * w.rows, std::numeric_limits<float>::quiet_NaN());
+        backend::cpu::MatMulWithIsa(isa, w, x.data(), T, got.data(), *pool);
+        const std::string what =
+            absl::StrFormat("%s %s [%d x %d] T=%d isa=%s threads=%d", tag,
+                            quant::Traits(w.type).name, w.rows, w.cols, T,
+                            backend::cpu::DotIsaName(isa), pool->size());
+        EXPECT_EQ(CountBitDiffs(want, got, what, nan_payloads_free), 0) << what;
+        ++calls;
+      }
+    }
+  }
+  return calls;
+}
+
+std::vector<std::unique_ptr<core::ThreadPool>> MakePools() {
+  std::vector<std::unique_ptr<core::ThreadPool>> pools;
+  for (int n : {1, 2, 3}) pools.push_back(std::make_unique<core::ThreadPool>(n));
+  return pools;
+}
+
+TEST(CpuMatMulFast, EqualsReferenceBitForBitOnQuantizedWeights) {
+  std::mt19937_64 rng(RunSeed() ^ 0x51u);
+  auto pools = MakePools();
+  int calls = 0, weights = 0;
+  for (quant::Type type : CodecTypes()) {
+    for (int64_t cols : ColsFor(type)) {
+      for (int64_t rows : {1, 5, 33}) {
+        calls += CheckWeight(MakeWeight(rng, type, rows, cols, /*raw=*/false), rng, pools,
+                             "quantized", /*nan_payloads_free=*/false);
+        ++weights;
+      }
+    }
+  }
+  std::printf("[ covered  ] %zu types, %d weights, %d MatMul calls, isas:", CodecTypes().size(),
+              weights, calls);
+  for (DotIsa isa : AvailableIsas()) std::printf(" %s", backend::cpu::DotIsaName(isa));
+  std::printf("\n");
+}
+
+TEST(CpuMatMulFast, EqualsReferenceBitForBitOnRawBlockBytes) {
+  std::mt19937_64 rng(RunSeed() ^ 0x52u);
+  auto pools = MakePools();
+  int calls = 0;
+  for (quant::Type type : CodecTypes()) {
+    if (quant::Traits(type).block_size == 1) continue;  // float rows: covered above
+    for (int64_t rows : {3, 17}) {
+      calls += CheckWeight(MakeWeight(rng, type, rows, ColsFor(type)[1], /*raw=*/true), rng,
+                           pools, "raw", /*nan_payloads_free=*/true);
+    }
+  }
+  std::printf("[ covered  ] %d MatMul calls on raw block bytes\n", calls);
+}
+
+}  // namespace
+}  // namespace lockstep
