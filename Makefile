@@ -16,7 +16,7 @@ build: deps
 
 build-fuzz: deps
 	cmake --preset fuzz >/dev/null
-	cmake --build --preset fuzz -j $(JOBS)
+	cmake --build --preset fuzz -j $(JOBS) --target fuzzers
 
 # Compiles the CUDA backend for sm_90a (nvcc); nothing here runs it.
 build-cuda: deps

@@ -6,8 +6,9 @@
 // computes; reductions are the fixed-lane dot of cpu_kernels.h or sequential loops over a range
 // fixed by the op's shape (docs/backends.md).
 //
-// MatMul choice: each weight row is dequantized once, by the shared quant code, into float and
-// dotted with float activations; the row is reused for all T activation rows. llama.cpp instead
+// MatMul choice: float activations times the weights' exact decoded float values (the shared
+// quant decoder's), decoded block by block inside the fused dot kernels (cpu_dot_kernels.h).
+// llama.cpp instead
 // quantizes activations to Q8 blocks and runs integer dots, which is faster but adds an
 // activation-rounding error the ref does not have; float activations keep cpu within a few ulps
 // of ref (tolerances.h: MatMulRtol) and make the cost of decoding amortise over T.
