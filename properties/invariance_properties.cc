@@ -1,0 +1,231 @@
+// The forward's invariances (DESIGN.md §1), driven through models::Forward directly:
+//   batch:   a request's logits and tokens alone == inside a batch of random neighbours at random
+//            depths, in any slot;
+//   chunk:   prefill in random chunks == one pass, logits bit for bit;
+//   threads: the cpu backend with 1..8 threads == 1 thread, logits bit for bit;
+//   rollback: after random rounds of "append K, keep a prefix", the live KV cache equals, bit
+//            for bit, the cache of one-token-at-a-time decode over the kept tokens.
+// The ref backend is drawn too where cheap: its contract is the same.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "properties/property_support.h"
+
+namespace lockstep::props {
+namespace {
+
+std::string GenArch() {
+  static const std::vector<std::string> archs(std::begin(kTinyArchs), std::end(kTinyArchs));
+  return *rc::gen::elementOf(archs);
+}
+
+// cpu with 1 or 2 threads, or ref: the backends a case runs on.
+backend::Backend& GenBackend(std::string* label) {
+  const int which = *rc::gen::element(0, 1, 2, 2);
+  *label = which == 0 ? "ref" : absl::StrCat("cpu/", which);
+  return which == 0 ? Ref() : Cpu(which);
+}
+
+// Forward of one entry; returns the logits ([T, n_vocab] when all_logits, else [1, n_vocab]).
+std::vector<float> ForwardOne(const models::Model& m, backend::Backend& be, models::KvCache& cache,
+                              std::span<const int32_t> tokens, bool all_logits) {
+  models::BatchEntry e{&cache, tokens};
+  std::vector<float> logits;
+  Must(models::Forward(m, be, std::span(&e, 1), all_logits, &logits));
+  return logits;
+}
+
+int32_t Argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+// Property 4 on model `m`: a request (prompt, then `steps` greedy decode steps) gives the same
+// logits bits and tokens alone as inside a batch whose neighbours have random history depths
+// and feed random token counts per step. Neighbour lengths are bounded by `max_len`.
+void CheckBatchInvariance(const models::Model& m, backend::Backend& be, int max_prompt,
+                          int max_steps, int max_neighbours, int max_len) {
+  const int64_t n_vocab = m.config().n_vocab;
+  const std::vector<int32_t> prompt = GenTokens(*rc::gen::inRange(1, max_prompt + 1), n_vocab);
+  const int steps = *rc::gen::inRange(1, max_steps + 1);
+  const int n_neighbours = *rc::gen::inRange(1, max_neighbours + 1);
+  const int slot = *rc::gen::inRange(0, n_neighbours + 1);
+  // Neighbours: max_len of history, then up to max_len / 2 tokens per step.
+  const int64_t capacity = max_prompt + max_steps + 1 + max_len + (max_steps + 1) * std::max(2, max_len / 2);
+
+  // Alone: prefill, then one token per step (the argmax of the previous row).
+  std::vector<std::vector<float>> alone_rows;
+  std::vector<int32_t> alone_tokens;
+  {
+    models::KvCache cache(m.config(), capacity);
+    std::vector<int32_t> step = prompt;
+    for (int s = 0; s <= steps; ++s) {
+      alone_rows.push_back(ForwardOne(m, be, cache, step, false));
+      alone_tokens.push_back(Argmax(alone_rows.back().data(), n_vocab));
+      step.assign(1, alone_tokens.back());
+    }
+  }
+
+  // Batched: neighbours first get a random history of their own (so they sit at other
+  // depths), then every step runs the request at `slot` beside them.
+  std::vector<models::KvCache> caches;
+  caches.reserve(n_neighbours + 1);
+  for (int i = 0; i <= n_neighbours; ++i) caches.emplace_back(m.config(), capacity);
+  for (int i = 0; i <= n_neighbours; ++i) {
+    if (i == slot) continue;
+    const int depth = *rc::gen::inRange(0, max_len + 1);
+    if (depth > 0) ForwardOne(m, be, caches[i], GenTokens(depth, n_vocab), false);
+  }
+  std::vector<int32_t> step = prompt;
+  for (int s = 0; s <= steps; ++s) {
+    std::vector<std::vector<int32_t>> feeds(n_neighbours + 1);
+    std::vector<models::BatchEntry> batch;
+    for (int i = 0; i <= n_neighbours; ++i) {
+      feeds[i] = i == slot ? step : GenTokens(*rc::gen::inRange(1, std::max(2, max_len / 2)), n_vocab);
+      batch.push_back({&caches[i], feeds[i]});
+    }
+    std::vector<float> logits;
+    Must(models::Forward(m, be, batch, false, &logits));
+    const float* row = logits.data() + slot * n_vocab;  // one row per entry
+    if (!BitEqual(row, alone_rows[s].data(), n_vocab)) {
+      RC_FAIL(absl::StrCat("step ", s, ": slot ", slot, " of ", n_neighbours + 1,
+                           " differs from the request alone, ",
+                           FirstDifference(row, alone_rows[s].data(), n_vocab)));
+    }
+    const int32_t token = Argmax(row, n_vocab);
+    RC_ASSERT(token == alone_tokens[s]);
+    step.assign(1, token);
+  }
+  Count(absl::StrCat("batch of ", n_neighbours + 1));
+}
+
+// Property 4, tiny models: batches of 2..5, neighbours up to 24 tokens deep.
+LOCKSTEP_PROPERTY(Batch, RequestAloneEqualsInBatchTiny, 1000, Weight::kTiny, ()) {
+  const TinyModel& t = Tiny(GenArch());
+  std::string be_label;
+  backend::Backend& be = GenBackend(&be_label);
+  Count(absl::StrCat(t.arch, " on ", be_label));
+  CheckBatchInvariance(*t.model, be, 12, 8, 4, 24);
+}
+
+// Property 4, SmolLM2: one short request beside one or two short neighbours.
+LOCKSTEP_PROPERTY(Batch, RequestAloneEqualsInBatchSmolLm2, 4, Weight::kSmol, ()) {
+  const models::Model* m = Must(SmolLm2());
+  CheckBatchInvariance(*m, Cpu(2), 5, 3, 2, 6);
+}
+
+// Property 5: prefill split into random chunks gives the one-pass logits, row for row, bit for bit.
+LOCKSTEP_PROPERTY(Chunk, ChunkedPrefillEqualsOnePass, 1000, Weight::kTiny, ()) {
+  const TinyModel& t = Tiny(GenArch());
+  std::string be_label;
+  backend::Backend& be = GenBackend(&be_label);
+  const int64_t n_vocab = t.model->config().n_vocab;
+  const std::vector<int32_t> ids = GenTokens(*rc::gen::inRange(2, 49), n_vocab);
+  models::KvCache one_cache(t.model->config(), static_cast<int64_t>(ids.size()));
+  const std::vector<float> one = ForwardOne(*t.model, be, one_cache, ids, true);
+
+  models::KvCache cache(t.model->config(), static_cast<int64_t>(ids.size()));
+  std::vector<float> chunked;
+  std::vector<size_t> sizes;
+  for (size_t lo = 0; lo < ids.size();) {
+    const size_t n = std::min<size_t>(ids.size() - lo, *rc::gen::inRange<size_t>(1, ids.size() + 1));
+    const std::vector<float> part =
+        ForwardOne(*t.model, be, cache, std::span<const int32_t>(ids).subspan(lo, n), true);
+    chunked.insert(chunked.end(), part.begin(), part.end());
+    sizes.push_back(n);
+    lo += n;
+  }
+  if (!BitEqual(chunked, one)) {
+    RC_FAIL(absl::StrCat(t.arch, " on ", be_label, ", chunks [", absl::StrJoin(sizes, ","),
+                         "] of ", ids.size(), " tokens: ",
+                         FirstDifference(chunked.data(), one.data(), one.size())));
+  }
+  // The cache the chunks built is the one the single pass built.
+  for (size_t l = 0; l < cache.k.size(); ++l) {
+    RC_ASSERT(BitEqual(cache.k[l], one_cache.k[l]));
+    RC_ASSERT(BitEqual(cache.v[l], one_cache.v[l]));
+  }
+  Count(absl::StrCat(sizes.size(), sizes.size() == 1 ? " chunk" : " chunks"));
+}
+
+// Property 6: the cpu backend's logits do not depend on its thread count (1..8), for a prefill
+// followed by decode steps.
+LOCKSTEP_PROPERTY(Threads, CpuLogitsIndependentOfThreadCount, 500, Weight::kTiny, ()) {
+  const TinyModel& t = Tiny(GenArch());
+  const int threads = *rc::gen::inRange(2, 9);
+  const int64_t n_vocab = t.model->config().n_vocab;
+  const std::vector<int32_t> prompt = GenTokens(*rc::gen::inRange(1, 65), n_vocab);
+  const std::vector<int32_t> decode = GenTokens(*rc::gen::inRange(0, 4), n_vocab);
+  auto run = [&](backend::Backend& be) {
+    models::KvCache cache(t.model->config(), static_cast<int64_t>(prompt.size() + decode.size()));
+    std::vector<float> all = ForwardOne(*t.model, be, cache, prompt, true);
+    for (int32_t id : decode) {
+      const std::vector<float> row = ForwardOne(*t.model, be, cache, std::span(&id, 1), false);
+      all.insert(all.end(), row.begin(), row.end());
+    }
+    return all;
+  };
+  const std::vector<float> base = run(Cpu(1));
+  const std::vector<float> got = run(Cpu(threads));
+  if (!BitEqual(got, base)) {
+    RC_FAIL(absl::StrCat(t.arch, ", ", threads, " threads vs 1, prompt ", prompt.size(), ": ",
+                         FirstDifference(got.data(), base.data(), base.size())));
+  }
+  Count(absl::StrCat(threads, " threads"));
+}
+
+// Property 7: speculative-style rounds on one cache — append K random tokens in one forward,
+// keep a random prefix of them (n_past moves back), repeat — leave the live positions [0, n_past)
+// equal, bit for bit, to one-token-at-a-time decode over the kept tokens; and the next forward
+// after the last rollback (which must not see the stale rejected entries) gives the same logits.
+LOCKSTEP_PROPERTY(KvRollback, LiveCacheEqualsPlainDecode, 1000, Weight::kTiny, ()) {
+  const TinyModel& t = Tiny(GenArch());
+  const models::Config& c = t.model->config();
+  std::string be_label;
+  backend::Backend& be = GenBackend(&be_label);
+  const int64_t capacity = 12 + 10 * 9 + 1;
+  models::KvCache cache(c, capacity);
+  std::vector<int32_t> kept = GenTokens(*rc::gen::inRange(1, 13), c.n_vocab);
+  ForwardOne(*t.model, be, cache, kept, false);
+  const int rounds = *rc::gen::inRange(1, 11);
+  int64_t rolled_back = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const std::vector<int32_t> step = GenTokens(*rc::gen::inRange(1, 10), c.n_vocab);
+    const int64_t base = cache.n_past;
+    ForwardOne(*t.model, be, cache, step, true);
+    const int keep = *rc::gen::inRange(0, static_cast<int>(step.size()) + 1);
+    cache.n_past = base + keep;
+    rolled_back += static_cast<int64_t>(step.size()) - keep;
+    kept.insert(kept.end(), step.begin(), step.begin() + keep);
+  }
+  RC_ASSERT(cache.n_past == static_cast<int64_t>(kept.size()));
+
+  models::KvCache plain(c, capacity);
+  for (const int32_t& id : kept) ForwardOne(*t.model, be, plain, std::span(&id, 1), false);
+  const size_t live = static_cast<size_t>(cache.n_past * c.n_kv_head * c.head_dim);
+  for (size_t l = 0; l < cache.k.size(); ++l) {
+    for (const auto& [name, a, b] : {std::tuple{"K", &cache.k[l], &plain.k[l]},
+                                     std::tuple{"V", &cache.v[l], &plain.v[l]}}) {
+      if (!BitEqual(a->data(), b->data(), live)) {
+        RC_FAIL(absl::StrCat(t.arch, " on ", be_label, ": layer ", l, " ", name, " after ", rounds,
+                             " rounds (", kept.size(), " kept, ", rolled_back, " rolled back): ",
+                             FirstDifference(a->data(), b->data(), live)));
+      }
+    }
+  }
+  const int32_t next = GenTokens(1, c.n_vocab)[0];
+  const std::vector<float> after = ForwardOne(*t.model, be, cache, std::span(&next, 1), false);
+  const std::vector<float> want = ForwardOne(*t.model, be, plain, std::span(&next, 1), false);
+  if (!BitEqual(after, want)) {
+    RC_FAIL(absl::StrCat(t.arch, " on ", be_label, ": the forward after rollback differs, ",
+                         FirstDifference(after.data(), want.data(), want.size())));
+  }
+  Count(rolled_back > 0 ? "cases with rolled-back tokens" : "cases without rollback");
+  Count("tokens rolled back", rolled_back);
+}
+
+}  // namespace
+}  // namespace lockstep::props
