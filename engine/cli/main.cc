@@ -26,7 +26,12 @@ void CollectEnvNames(const CLI::App& app, std::set<std::string>& out) {
 
 // A misspelt LOCKSTEP_* variable would otherwise be ignored without a word.
 void RejectUnknownEnv(const CLI::App& app) {
-  std::set<std::string> known = {"LOCKSTEP_CACHE_DIR"};
+  // Variables read by lockstep's scripts and test binaries, which may be exported while a
+  // script runs `lockstep` (e.g. a ci/bisect gate): known, so not an error here.
+  std::set<std::string> known = {"LOCKSTEP_CACHE_DIR",          "LOCKSTEP_BISECT_BUILD",
+                                 "LOCKSTEP_BISECT_VERIFY",      "LOCKSTEP_BISECT_WORK",
+                                 "LOCKSTEP_BUILD_DIR",          "LOCKSTEP_PROPERTY_CASES",
+                                 "LOCKSTEP_PROPERTY_MIN_CASES", "LOCKSTEP_PROPERTY_SMOL_CASES"};
   CollectEnvNames(app, known);
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
