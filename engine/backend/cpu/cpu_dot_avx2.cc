@@ -16,8 +16,13 @@
 #include "engine/backend/cpu/cpu_dot_kernels.h"
 #include "engine/quant/decode.h"
 
+#if defined(__clang__)
+// clang ignores `#pragma GCC target`; its equivalent gives every function below the target.
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
+#endif
 // The pragma does not define __AVX2__ / __F16C__ for the code after it, so the kernels ask this.
 #define LOCKSTEP_DOT_AVX2 1
 #define LOCKSTEP_DOT_NS avx2
@@ -32,4 +37,8 @@ void DotMatMulRowsAvx2(const DotMatMulArgs& a, int64_t row_begin, int64_t row_en
 }
 
 }  // namespace lockstep::backend::cpu
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
