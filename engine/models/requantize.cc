@@ -40,10 +40,7 @@ const char* TypeName(Type t) {
 // Every type the writer could be asked for, in id order (for "known types" lists).
 std::vector<Type> WritableTypes() {
   std::vector<Type> out;
-  for (uint32_t id = 0; id < 64; ++id) {
-    quant::TypeTraits tr;
-    if (!quant::LookupType(id, &tr) || !tr.lockstep_codec) continue;
-    const Type t = static_cast<Type>(id);
+  for (const Type t : quant::CodecTypes()) {
     if (t == Type::Q8_1 || t == Type::Q8_K || t == Type::NVFP4) continue;
     out.push_back(t);
   }

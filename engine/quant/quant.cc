@@ -54,4 +54,16 @@ absl::Status Quantize(Type type, const float* src, int64_t n, void* dst) {
   return absl::OkStatus();
 }
 
+const std::vector<Type>& CodecTypes() {
+  static const std::vector<Type> types = [] {
+    std::vector<Type> out;
+    for (uint32_t id = 0; id < 64; ++id) {
+      TypeTraits t;
+      if (LookupType(id, &t) && t.lockstep_codec) out.push_back(static_cast<Type>(id));
+    }
+    return out;
+  }();
+  return types;
+}
+
 }  // namespace lockstep::quant

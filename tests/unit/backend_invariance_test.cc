@@ -21,27 +21,18 @@
 #include "engine/quant/quant.h"
 #include "engine/quant/types.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 
 namespace lockstep {
 namespace {
+
+using testing::TestRng;
 
 using backend::AttentionParams;
 using backend::CpuBackend;
 using backend::Weight;
 
 constexpr int kThreadCounts[] = {2, 3, 7};
-
-std::mt19937_64 TestRng() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("LOCKSTEP_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 0) : std::random_device{}();
-    std::printf("[ seed     ] LOCKSTEP_SEED=%llu (set it to replay this run)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  return std::mt19937_64(seed ^ std::hash<std::string>{}(name));
-}
 
 std::vector<float> Uniform(std::mt19937_64& rng, int64_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);

@@ -22,10 +22,14 @@
 #include "engine/quant/quant.h"
 #include "engine/quant/types.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "oracle/make_backend.h"
 
 namespace lockstep {
 namespace {
+
+using testing::RunSeed;
+using testing::TestRng;
 
 using backend::Activation;
 using backend::AttentionParams;
@@ -34,24 +38,6 @@ using backend::RopeMode;
 using backend::Weight;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-uint64_t RunSeed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("LOCKSTEP_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 0) : std::random_device{}();
-    std::printf("[ seed     ] LOCKSTEP_SEED=%llu (set it to replay this run)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
-
-// One generator per test, keyed by the run seed and the test's name, so a single test replays
-// alone (--gtest_filter) with the same inputs.
-std::mt19937_64 TestRng() {
-  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  return std::mt19937_64(RunSeed() ^ std::hash<std::string>{}(name));
-}
 
 std::vector<float> Uniform(std::mt19937_64& rng, int64_t n, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -118,17 +104,6 @@ int64_t Compare(const std::string& what, const std::vector<float>& ref,
   return failures;
 }
 
-// The weight types that have a codec, from the type table itself (so a new codec is covered
-// without editing this test).
-std::vector<quant::Type> CodecTypes() {
-  std::vector<quant::Type> out;
-  for (uint32_t id = 0; id < 64; ++id) {
-    quant::TypeTraits t;
-    if (quant::LookupType(id, &t) && t.lockstep_codec) out.push_back(static_cast<quant::Type>(id));
-  }
-  return out;
-}
-
 // A [rows, cols] weight of `type` quantized from random floats, and its dequantized values.
 struct TestWeight {
   std::vector<uint8_t> bytes;
@@ -168,7 +143,7 @@ class BackendOpsTest : public ::testing::Test {
 TEST_F(BackendOpsTest, MatMulEveryTypeManyShapes) {
   // (rows, T) pairs: a single row, rows that do not fill a tile, T odd and even.
   const std::vector<std::pair<int64_t, int64_t>> rows_t = {{1, 1}, {3, 2}, {8, 3}, {9, 8}, {17, 5}};
-  for (quant::Type type : CodecTypes()) {
+  for (quant::Type type : quant::CodecTypes()) {
     const quant::TypeTraits tr = quant::Traits(type);
     std::vector<int64_t> cols_list;
     if (tr.block_size == 1) {
@@ -204,7 +179,7 @@ TEST_F(BackendOpsTest, MatMulEveryTypeManyShapes) {
 }
 
 TEST_F(BackendOpsTest, GetRowsEveryTypeIsExact) {
-  for (quant::Type type : CodecTypes()) {
+  for (quant::Type type : quant::CodecTypes()) {
     const quant::TypeTraits tr = quant::Traits(type);
     for (int64_t blocks : {1, 3}) {
       const int64_t cols = blocks * tr.block_size * (tr.block_size == 1 ? 37 : 1);

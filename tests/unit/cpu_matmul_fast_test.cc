@@ -32,32 +32,15 @@
 #include "engine/quant/quant.h"
 #include "engine/quant/types.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 
 namespace lockstep {
 namespace {
 
+using testing::RunSeed;
+
 using backend::Weight;
 using backend::cpu::DotIsa;
-
-uint64_t RunSeed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("LOCKSTEP_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 0) : std::random_device{}();
-    std::printf("[ seed     ] LOCKSTEP_SEED=%llu (set it to replay this run)\n",
-                static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
-
-std::vector<quant::Type> CodecTypes() {
-  std::vector<quant::Type> out;
-  for (uint32_t id = 0; id < 64; ++id) {
-    quant::TypeTraits t;
-    if (quant::LookupType(id, &t) && t.lockstep_codec) out.push_back(static_cast<quant::Type>(id));
-  }
-  return out;
-}
 
 std::vector<DotIsa> AvailableIsas() {
   std::vector<DotIsa> out;
@@ -176,7 +159,7 @@ TEST(CpuMatMulFast, EqualsReferenceBitForBitOnQuantizedWeights) {
   std::mt19937_64 rng(RunSeed() ^ 0x51u);
   auto pools = MakePools();
   int calls = 0, weights = 0;
-  for (quant::Type type : CodecTypes()) {
+  for (quant::Type type : quant::CodecTypes()) {
     for (int64_t cols : ColsFor(type)) {
       for (int64_t rows : {1, 5, 33}) {
         calls += CheckWeight(MakeWeight(rng, type, rows, cols, /*raw=*/false), rng, pools,
@@ -185,7 +168,7 @@ TEST(CpuMatMulFast, EqualsReferenceBitForBitOnQuantizedWeights) {
       }
     }
   }
-  std::printf("[ covered  ] %zu types, %d weights, %d MatMul calls, isas:", CodecTypes().size(),
+  std::printf("[ covered  ] %zu types, %d weights, %d MatMul calls, isas:", quant::CodecTypes().size(),
               weights, calls);
   for (DotIsa isa : AvailableIsas()) std::printf(" %s", backend::cpu::DotIsaName(isa));
   std::printf("\n");
@@ -195,7 +178,7 @@ TEST(CpuMatMulFast, EqualsReferenceBitForBitOnRawBlockBytes) {
   std::mt19937_64 rng(RunSeed() ^ 0x52u);
   auto pools = MakePools();
   int calls = 0;
-  for (quant::Type type : CodecTypes()) {
+  for (quant::Type type : quant::CodecTypes()) {
     if (quant::Traits(type).block_size == 1) continue;  // float rows: covered above
     for (int64_t rows : {3, 17}) {
       calls += CheckWeight(MakeWeight(rng, type, rows, ColsFor(type)[1], /*raw=*/true), rng,
