@@ -1,4 +1,5 @@
-// The forward's invariances (DESIGN.md §1), driven through models::Forward directly:
+// The forward's invariances (docs/design.md §1), driven through models::Runner directly over a
+// shared, fragmented paged pool (SeqCache):
 //   batch:   a request's logits and tokens alone == inside a batch of random neighbours at random
 //            depths, in any slot;
 //   chunk:   prefill in random chunks == one pass, logits bit for bit;
@@ -30,15 +31,6 @@ backend::Backend& GenBackend(std::string* label) {
   return which == 0 ? Ref() : Cpu(which);
 }
 
-// Forward of one entry; returns the logits ([T, n_vocab] when all_logits, else [1, n_vocab]).
-std::vector<float> ForwardOne(const models::Model& m, backend::Backend& be, models::KvCache& cache,
-                              std::span<const int32_t> tokens, bool all_logits) {
-  models::BatchEntry e{&cache, tokens};
-  std::vector<float> logits;
-  Must(models::Forward(m, be, std::span(&e, 1), all_logits, &logits));
-  return logits;
-}
-
 int32_t Argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
@@ -54,16 +46,15 @@ void CheckBatchInvariance(const models::Model& m, backend::Backend& be, int max_
   const int n_neighbours = *rc::gen::inRange(1, max_neighbours + 1);
   const int slot = *rc::gen::inRange(0, n_neighbours + 1);
   // Neighbours: max_len of history, then up to max_len / 2 tokens per step.
-  const int64_t capacity = max_prompt + max_steps + 1 + max_len + (max_steps + 1) * std::max(2, max_len / 2);
 
   // Alone: prefill, then one token per step (the argmax of the previous row).
   std::vector<std::vector<float>> alone_rows;
   std::vector<int32_t> alone_tokens;
   {
-    models::KvCache cache(m.config(), capacity);
+    SeqCache cache(m, be);
     std::vector<int32_t> step = prompt;
     for (int s = 0; s <= steps; ++s) {
-      alone_rows.push_back(ForwardOne(m, be, cache, step, false));
+      alone_rows.push_back(ForwardOne(cache, step, false));
       alone_tokens.push_back(Argmax(alone_rows.back().data(), n_vocab));
       step.assign(1, alone_tokens.back());
     }
@@ -71,24 +62,26 @@ void CheckBatchInvariance(const models::Model& m, backend::Backend& be, int max_
 
   // Batched: neighbours first get a random history of their own (so they sit at other
   // depths), then every step runs the request at `slot` beside them.
-  std::vector<models::KvCache> caches;
-  caches.reserve(n_neighbours + 1);
-  for (int i = 0; i <= n_neighbours; ++i) caches.emplace_back(m.config(), capacity);
+  std::vector<std::unique_ptr<SeqCache>> caches;
+  std::vector<SeqCache*> seqs;
+  for (int i = 0; i <= n_neighbours; ++i) {
+    caches.push_back(std::make_unique<SeqCache>(m, be));
+    seqs.push_back(caches.back().get());
+  }
   for (int i = 0; i <= n_neighbours; ++i) {
     if (i == slot) continue;
     const int depth = *rc::gen::inRange(0, max_len + 1);
-    if (depth > 0) ForwardOne(m, be, caches[i], GenTokens(depth, n_vocab), false);
+    if (depth > 0) ForwardOne(*caches[i], GenTokens(depth, n_vocab), false);
   }
   std::vector<int32_t> step = prompt;
   for (int s = 0; s <= steps; ++s) {
     std::vector<std::vector<int32_t>> feeds(n_neighbours + 1);
-    std::vector<models::BatchEntry> batch;
+    std::vector<std::span<const int32_t>> spans;
     for (int i = 0; i <= n_neighbours; ++i) {
       feeds[i] = i == slot ? step : GenTokens(*rc::gen::inRange(1, std::max(2, max_len / 2)), n_vocab);
-      batch.push_back({&caches[i], feeds[i]});
+      spans.push_back(feeds[i]);
     }
-    std::vector<float> logits;
-    Must(models::Forward(m, be, batch, false, &logits));
+    const std::vector<float> logits = ForwardSeqs(seqs, spans, false);
     const float* row = logits.data() + slot * n_vocab;  // one row per entry
     if (!BitEqual(row, alone_rows[s].data(), n_vocab)) {
       RC_FAIL(absl::StrCat("step ", s, ": slot ", slot, " of ", n_neighbours + 1,
@@ -124,16 +117,16 @@ LOCKSTEP_PROPERTY(Chunk, ChunkedPrefillEqualsOnePass, 1000, Weight::kTiny, ()) {
   backend::Backend& be = GenBackend(&be_label);
   const int64_t n_vocab = t.model->config().n_vocab;
   const std::vector<int32_t> ids = GenTokens(*rc::gen::inRange(2, 49), n_vocab);
-  models::KvCache one_cache(t.model->config(), static_cast<int64_t>(ids.size()));
-  const std::vector<float> one = ForwardOne(*t.model, be, one_cache, ids, true);
+  SeqCache one_cache(*t.model, be);
+  const std::vector<float> one = ForwardOne(one_cache, ids, true);
 
-  models::KvCache cache(t.model->config(), static_cast<int64_t>(ids.size()));
+  SeqCache cache(*t.model, be);
   std::vector<float> chunked;
   std::vector<size_t> sizes;
   for (size_t lo = 0; lo < ids.size();) {
     const size_t n = std::min<size_t>(ids.size() - lo, *rc::gen::inRange<size_t>(1, ids.size() + 1));
     const std::vector<float> part =
-        ForwardOne(*t.model, be, cache, std::span<const int32_t>(ids).subspan(lo, n), true);
+        ForwardOne(cache, std::span<const int32_t>(ids).subspan(lo, n), true);
     chunked.insert(chunked.end(), part.begin(), part.end());
     sizes.push_back(n);
     lo += n;
@@ -144,9 +137,9 @@ LOCKSTEP_PROPERTY(Chunk, ChunkedPrefillEqualsOnePass, 1000, Weight::kTiny, ()) {
                          FirstDifference(chunked.data(), one.data(), one.size())));
   }
   // The cache the chunks built is the one the single pass built.
-  for (size_t l = 0; l < cache.k.size(); ++l) {
-    RC_ASSERT(BitEqual(cache.k[l], one_cache.k[l]));
-    RC_ASSERT(BitEqual(cache.v[l], one_cache.v[l]));
+  for (int64_t l = 0; l < t.model->config().n_layer; ++l) {
+    RC_ASSERT(cache.KvBytes(l, false) == one_cache.KvBytes(l, false));
+    RC_ASSERT(cache.KvBytes(l, true) == one_cache.KvBytes(l, true));
   }
   Count(absl::StrCat(sizes.size(), sizes.size() == 1 ? " chunk" : " chunks"));
 }
@@ -160,10 +153,10 @@ LOCKSTEP_PROPERTY(Threads, CpuLogitsIndependentOfThreadCount, 500, Weight::kTiny
   const std::vector<int32_t> prompt = GenTokens(*rc::gen::inRange(1, 65), n_vocab);
   const std::vector<int32_t> decode = GenTokens(*rc::gen::inRange(0, 4), n_vocab);
   auto run = [&](backend::Backend& be) {
-    models::KvCache cache(t.model->config(), static_cast<int64_t>(prompt.size() + decode.size()));
-    std::vector<float> all = ForwardOne(*t.model, be, cache, prompt, true);
+    SeqCache cache(*t.model, be);
+    std::vector<float> all = ForwardOne(cache, prompt, true);
     for (int32_t id : decode) {
-      const std::vector<float> row = ForwardOne(*t.model, be, cache, std::span(&id, 1), false);
+      const std::vector<float> row = ForwardOne(cache, std::span(&id, 1), false);
       all.insert(all.end(), row.begin(), row.end());
     }
     return all;
@@ -186,39 +179,36 @@ LOCKSTEP_PROPERTY(KvRollback, LiveCacheEqualsPlainDecode, 1000, Weight::kTiny, (
   const models::Config& c = t.model->config();
   std::string be_label;
   backend::Backend& be = GenBackend(&be_label);
-  const int64_t capacity = 12 + 10 * 9 + 1;
-  models::KvCache cache(c, capacity);
+  SeqCache cache(*t.model, be);
   std::vector<int32_t> kept = GenTokens(*rc::gen::inRange(1, 13), c.n_vocab);
-  ForwardOne(*t.model, be, cache, kept, false);
+  ForwardOne(cache, kept, false);
   const int rounds = *rc::gen::inRange(1, 11);
   int64_t rolled_back = 0;
   for (int r = 0; r < rounds; ++r) {
     const std::vector<int32_t> step = GenTokens(*rc::gen::inRange(1, 10), c.n_vocab);
-    const int64_t base = cache.n_past;
-    ForwardOne(*t.model, be, cache, step, true);
+    const int64_t base = cache.n_past();
+    ForwardOne(cache, step, true);
     const int keep = *rc::gen::inRange(0, static_cast<int>(step.size()) + 1);
-    cache.n_past = base + keep;
+    cache.Truncate(base + keep);
     rolled_back += static_cast<int64_t>(step.size()) - keep;
     kept.insert(kept.end(), step.begin(), step.begin() + keep);
   }
-  RC_ASSERT(cache.n_past == static_cast<int64_t>(kept.size()));
+  RC_ASSERT(cache.n_past() == static_cast<int64_t>(kept.size()));
 
-  models::KvCache plain(c, capacity);
-  for (const int32_t& id : kept) ForwardOne(*t.model, be, plain, std::span(&id, 1), false);
-  const size_t live = static_cast<size_t>(cache.n_past * c.n_kv_head * c.head_dim);
-  for (size_t l = 0; l < cache.k.size(); ++l) {
-    for (const auto& [name, a, b] : {std::tuple{"K", &cache.k[l], &plain.k[l]},
-                                     std::tuple{"V", &cache.v[l], &plain.v[l]}}) {
-      if (!BitEqual(a->data(), b->data(), live)) {
-        RC_FAIL(absl::StrCat(t.arch, " on ", be_label, ": layer ", l, " ", name, " after ", rounds,
-                             " rounds (", kept.size(), " kept, ", rolled_back, " rolled back): ",
-                             FirstDifference(a->data(), b->data(), live)));
+  SeqCache plain(*t.model, be);
+  for (const int32_t& id : kept) ForwardOne(plain, std::span(&id, 1), false);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (bool v : {false, true}) {
+      if (cache.KvBytes(l, v) != plain.KvBytes(l, v)) {
+        RC_FAIL(absl::StrCat(t.arch, " on ", be_label, ": layer ", l, v ? " V" : " K", " after ",
+                             rounds, " rounds (", kept.size(), " kept, ", rolled_back,
+                             " rolled back) differs from plain decode"));
       }
     }
   }
   const int32_t next = GenTokens(1, c.n_vocab)[0];
-  const std::vector<float> after = ForwardOne(*t.model, be, cache, std::span(&next, 1), false);
-  const std::vector<float> want = ForwardOne(*t.model, be, plain, std::span(&next, 1), false);
+  const std::vector<float> after = ForwardOne(cache, std::span(&next, 1), false);
+  const std::vector<float> want = ForwardOne(plain, std::span(&next, 1), false);
   if (!BitEqual(after, want)) {
     RC_FAIL(absl::StrCat(t.arch, " on ", be_label, ": the forward after rollback differs, ",
                          FirstDifference(after.data(), want.data(), want.size())));

@@ -11,9 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/gguf/gguf.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 #include "engine/tokenizer/unicode.h"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/models/runner.h"
 
 namespace lockstep::props {
 namespace {
@@ -120,13 +121,13 @@ struct SmolState {
 const SmolState& Smol() {
   static const SmolState* state = [] {
     auto* s = new SmolState;
-    const runtime::KnownModel* known = runtime::FindKnownModel("smollm2-135m");
+    const store::KnownModel* known = store::FindKnownModel("smollm2-135m");
     if (known == nullptr) {
       s->status = absl::NotFoundError("smollm2-135m is not a known model of this build");
       return s;
     }
-    s->path = runtime::CachedPath(*known);
-    if (!runtime::IsCached(*known)) {
+    s->path = store::CachedPath(*known);
+    if (!store::IsCached(*known)) {
       s->status = absl::NotFoundError(absl::StrCat(
           "the SmolLM2 properties need ", s->path,
           "; run `build/bin/lockstep pull smollm2-135m` (make test pulls it). A property that "
@@ -150,10 +151,9 @@ const SmolState& Smol() {
   return *state;
 }
 
-class RandomDrafter : public spec::Drafter {
+class RandomDraftState : public spec::DraftState {
  public:
-  RandomDrafter(int64_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), rng_(seed) {}
-  std::string name() const override { return "random"; }
+  RandomDraftState(int64_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), rng_(seed) {}
   absl::StatusOr<spec::Draft> Propose(const spec::DraftRequest& req) override {
     spec::Draft d;
     for (int i = 0; i < req.k; ++i) {
@@ -169,6 +169,22 @@ class RandomDrafter : public spec::Drafter {
  private:
   int64_t n_vocab_;
   std::mt19937_64 rng_;
+};
+
+// Each sequence drafts from its own generator, seeded from the drafter's seed and the order in
+// which sequences started.
+class RandomDrafter : public spec::Drafter {
+ public:
+  RandomDrafter(int64_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), seed_(seed) {}
+  std::string name() const override { return "random"; }
+  absl::StatusOr<std::unique_ptr<spec::DraftState>> Start() override {
+    return std::unique_ptr<spec::DraftState>(new RandomDraftState(n_vocab_, seed_ + started_++));
+  }
+
+ private:
+  int64_t n_vocab_;
+  uint64_t seed_;
+  uint64_t started_ = 0;
 };
 
 struct Coverage {
@@ -267,7 +283,7 @@ backend::Backend& Cpu(int threads) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(threads);
   if (it == cache.end()) {
-    auto be = oracle::MakeBackend(threads == 0 ? "ref" : "cpu", threads);
+    auto be = backend::MakeBackend(threads == 0 ? "ref" : "cpu", {threads});
     if (!be.ok()) RC_FAIL(be.status().ToString());
     it = cache.emplace(threads, *std::move(be)).first;
   }
@@ -335,6 +351,63 @@ std::string FirstDifference(const std::vector<int32_t>& a, const std::vector<int
 
 std::vector<int32_t> GenTokens(int n, int alphabet) {
   return *rc::gen::container<std::vector<int32_t>>(n, rc::gen::inRange<int32_t>(0, alphabet));
+}
+
+SeqCache::SeqCache(const models::Model& m, backend::Backend& be) {
+  struct Key {
+    const models::Model* m;
+    backend::Backend* be;
+    bool operator<(const Key& o) const { return std::tie(m, be) < std::tie(o.m, o.be); }
+  };
+  struct Entry {
+    std::unique_ptr<models::Runner> runner;
+    std::unique_ptr<models::KvPool> pool;
+  };
+  static std::mutex mu;
+  static std::map<Key, Entry>* runners = new std::map<Key, Entry>;
+  std::lock_guard<std::mutex> lock(mu);
+  Entry& e = (*runners)[Key{&m, &be}];
+  if (!e.runner) {
+    models::RunnerOptions o;
+    o.max_step_tokens = 512;
+    o.max_logit_rows = 512;
+    o.block_size = 8;
+    o.n_blocks = 2048;
+    e.runner = Must(models::Runner::Create(m, be, o));
+    e.pool = std::make_unique<models::KvPool>(o.n_blocks, o.block_size);
+  }
+  runner_ = e.runner.get();
+  pool_ = e.pool.get();
+}
+
+SeqCache::~SeqCache() { models::ReleaseKv(*pool_, kv_); }
+
+void SeqCache::Truncate(int64_t n) { models::TruncateKv(*pool_, kv_, n); }
+
+std::vector<float> ForwardSeqs(std::span<SeqCache* const> seqs,
+                               std::span<const std::span<const int32_t>> feeds, bool all_logits) {
+  std::vector<models::StepEntry> batch;
+  models::Runner* runner = seqs.empty() ? nullptr : seqs[0]->runner_;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    SeqCache& s = *seqs[i];
+    const int64_t n = static_cast<int64_t>(feeds[i].size());
+    Must(models::ReserveKv(*s.pool_, s.kv_, s.kv_.n_tokens + n,
+                           [&](int32_t a, int32_t b) { return s.runner_->CopyBlock(a, b); }));
+    batch.push_back({feeds[i], s.kv_.n_tokens, s.kv_.blocks, all_logits ? n : 1});
+  }
+  std::vector<float> logits;
+  Must(runner->Forward(batch, &logits));
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->kv_.n_tokens += static_cast<int64_t>(feeds[i].size());
+  return logits;
+}
+
+std::vector<float> ForwardOne(SeqCache& cache, std::span<const int32_t> tokens, bool all_logits) {
+  SeqCache* one = &cache;
+  return ForwardSeqs(std::span(&one, 1), std::span(&tokens, 1), all_logits);
+}
+
+std::vector<uint8_t> SeqCache::KvBytes(int64_t layer, bool v) const {
+  return Must(runner_->DownloadKv(layer, kv_.blocks, kv_.n_tokens, v));
 }
 
 }  // namespace lockstep::props

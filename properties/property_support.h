@@ -19,6 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/models/kv_pool.h"
+#include "engine/models/runner.h"
 #include "engine/models/model.h"
 #include "engine/spec/drafter.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -131,6 +133,33 @@ const tokenizer::Tokenizer& SmolLm2Tokenizer();  // after SmolLm2() succeeded
 // The cpu backend with `threads` >= 1 workers and the scalar ref backend, one of each per process.
 backend::Backend& Cpu(int threads);
 backend::Backend& Ref();
+
+// --- Paged sequences for forward-level properties --------------------------------------------
+// One sequence's KV in a runner shared by every SeqCache of the same (model, backend): a pool of
+// 2048 blocks of 8 tokens, so tables are fragmented by the other live sequences.
+class SeqCache {
+ public:
+  SeqCache(const models::Model& m, backend::Backend& be);
+  ~SeqCache();
+  SeqCache(const SeqCache&) = delete;
+  SeqCache& operator=(const SeqCache&) = delete;
+  int64_t n_past() const { return kv_.n_tokens; }
+  void Truncate(int64_t n);  // keeps positions [0, n) (speculative rollback)
+  // The K (or V) rows of positions [0, n_past) of `layer`, in the pool's format.
+  std::vector<uint8_t> KvBytes(int64_t layer, bool v) const;
+
+ private:
+  friend std::vector<float> ForwardSeqs(std::span<SeqCache* const>,
+                                        std::span<const std::span<const int32_t>>, bool);
+  models::Runner* runner_ = nullptr;
+  models::KvPool* pool_ = nullptr;
+  models::SeqKv kv_;
+};
+// One step over several sequences (same model and backend): feeds[i] appended to seqs[i].
+// Logits per sequence in order: [T_i, n_vocab] when all_logits, else its last row.
+std::vector<float> ForwardSeqs(std::span<SeqCache* const> seqs,
+                               std::span<const std::span<const int32_t>> feeds, bool all_logits);
+std::vector<float> ForwardOne(SeqCache& cache, std::span<const int32_t> tokens, bool all_logits);
 
 // --- Drafters -------------------------------------------------------------------------------
 

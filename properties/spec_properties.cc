@@ -1,14 +1,13 @@
 // Speculative decoding never changes what is emitted (DESIGN.md §1, "spec decode, greedy" and
 // "spec decode, coupled mode"): for every drafter and every K, adaptive or not,
-//   GenerateSpeculative(kGreedy)  == Generate(temperature 0)             token for token, and
-//   GenerateSpeculative(kCoupled) == Generate(same params, same seed)    token for token,
+//   Generate(drafter, kGreedy)  == Generate(temperature 0)             token for token, and
+//   Generate(drafter, kCoupled) == Generate(same params, same seed)    token for token,
 // on the tiny models of every family (the bulk of the cases) and on the real SmolLM2.
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/generate.h"
-#include "engine/spec/speculative.h"
 #include "properties/property_support.h"
 
 namespace lockstep::props {
@@ -49,9 +48,12 @@ struct SpecCase {
 void ExpectSpecMatchesPlain(const SpecCase& c, const runtime::GenerateResult& plain,
                             spec::Drafter& drafter, const char* drafter_label, spec::SpecMode mode,
                             int k, bool adaptive, bool all_accepted) {
-  const spec::SpecResult got =
-      Must(spec::GenerateSpeculative(*c.target, *c.be, *c.tok, drafter, c.prompt, c.params, c.seed,
-                                     spec::SpecOptions{mode, k, adaptive}, Ignore));
+  struct {
+    runtime::GenerateResult gen;
+    spec::SpecStats stats;
+  } got;
+  got.gen = Must(runtime::Generate(*c.target, *c.be, *c.tok, c.prompt, c.params, c.seed, Ignore,
+                                   &drafter, spec::SpecOptions{mode, k, adaptive}, &got.stats));
   CountSpec(drafter_label, got.stats.drafted, got.stats.accepted);
   const std::string where =
       absl::StrCat(spec::SpecModeName(mode), " spec with ", drafter_label, ", K=", k,

@@ -12,7 +12,11 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/model_io.h"
 #include "nlohmann/json.hpp"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/cli/engine_flags.h"
+#include "engine/runtime/engine.h"
+#include "absl/strings/numbers.h"
+#include <sstream>
 
 namespace lockstep::cli {
 namespace {
@@ -63,13 +67,66 @@ double WeightBytesPerToken(const models::Model& m) {
   return bytes;
 }
 
+
+// Aggregate decode of `c` concurrent greedy requests through the scheduler: tokens generated
+// after every request's prefill, over the time that took. Returns {prefill tok/s, decode tok/s}.
+std::pair<double, double> RunConcurrent(runtime::Engine& engine, const std::vector<int32_t>& prompt,
+                                        int c, int gen_tokens) {
+  for (int i = 0; i < c; ++i) {
+    runtime::Request r;
+    r.prompt = prompt;
+    r.prompt[0] = (prompt[0] + i) % 256;  // distinct requests, same length
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = gen_tokens;
+    r.ignore_eos = true;
+    ThrowIfError(engine.Submit(std::move(r)).status());
+  }
+  const auto t0 = Clock::now();
+  int64_t generated = 0;
+  while (!engine.AllDecoding()) {
+    auto done = engine.Step();
+    ThrowIfError(done.status());
+    for (const auto& d : *done) generated += static_cast<int64_t>(d.gen.tokens.size());
+  }
+  const auto t1 = Clock::now();
+  // The step budget holds every prompt (see the caller), so the first step prefilled them all
+  // and drew exactly one token each.
+  const int64_t first_tokens = c;
+  while (!engine.Idle()) {
+    auto done = engine.Step();
+    ThrowIfError(done.status());
+    for (const auto& d : *done) generated += static_cast<int64_t>(d.gen.tokens.size());
+  }
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  engine.ClearCaches();
+  return {c * static_cast<double>(prompt.size()) / prefill_s,
+          static_cast<double>(generated - first_tokens) / decode_s};
+}
+
+std::vector<int> ParseConcurrency(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int v = 0;
+    if (!absl::SimpleAtoi(item, &v) || v < 1 || v > 1024) {
+      throw CliError(2, "--concurrency: \"" + item + "\" is not a count in [1, 1024]");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw CliError(2, "--concurrency needs at least one count");
+  return out;
+}
+
 }  // namespace
 
 void RegisterBench(CLI::App& app) {
   struct Args {
-    std::string model, backend = "cpu";
+    std::string model, backend = "cpu", concurrency = "1";
     int threads = 0, prompt_tokens = 64, gen_tokens = 32, reps = 3;
     bool json = false;
+    EngineFlags engine;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("bench", "Prefill/decode tok/s vs the weight wall");
@@ -79,45 +136,58 @@ void RegisterBench(CLI::App& app) {
   sub->add_option("--prompt-tokens", args->prompt_tokens, "Prefill length")->check(CLI::Range(1, 8192));
   sub->add_option("--gen-tokens", args->gen_tokens, "Decoded tokens per rep")->check(CLI::Range(2, 8192));
   sub->add_option("--reps", args->reps, "Interleaved repetitions (median reported)")->check(CLI::Range(1, 100));
+  sub->add_option("--concurrency", args->concurrency,
+                  "Comma-separated counts of concurrent sequences, e.g. 1,4,8 (aggregate decode)")
+      ->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object");
+  AddEngineFlags(sub, args->engine);
   sub->callback([args] {
     LoadedModel m = LoadModel(args->model, false);
     const int threads = args->threads > 0 ? args->threads
                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    auto be = oracle::MakeBackend(args->backend, threads);
+    const std::vector<int> conc = ParseConcurrency(args->concurrency);
+    auto be = backend::MakeBackend(args->backend, {threads});
     ThrowIfError(be.status());
     const models::Config& c = m.model->config();
+    runtime::EngineOptions eo = ToEngineOptions(args->engine);
+    eo.max_running = *std::max_element(conc.begin(), conc.end());
+    eo.max_step_tokens = std::max<int64_t>(eo.max_step_tokens,
+                                           int64_t{eo.max_running} * args->prompt_tokens);
+    if (eo.ctx == 0) eo.ctx = args->prompt_tokens + args->gen_tokens;
+    auto engine = runtime::Engine::Create(*m.model, *m.tok, **be, eo);
+    ThrowIfError(engine.status());
     std::mt19937 rng(42);
     std::vector<int32_t> prompt(args->prompt_tokens);
     for (auto& id : prompt) id = static_cast<int32_t>(rng() % c.n_vocab);
     std::vector<float> buf(size_t{256} << 20);  // 1 GiB
     std::iota(buf.begin(), buf.begin() + 1024, 0.0f);
-    std::vector<double> bw, prefill, decode;
+    std::vector<double> bw;
+    std::vector<std::vector<double>> prefill(conc.size()), decode(conc.size());
     for (int r = 0; r < args->reps; ++r) {
       bw.push_back(ReadBandwidth(buf, threads));
-      models::KvCache cache(c, args->prompt_tokens + args->gen_tokens);
-      std::vector<float> logits;
-      models::BatchEntry e{&cache, prompt};
-      auto t0 = Clock::now();
-      ThrowIfError(models::Forward(*m.model, **be, std::span(&e, 1), false, &logits));
-      auto t1 = Clock::now();
-      prefill.push_back(args->prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
-      int32_t tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      for (int i = 0; i < args->gen_tokens; ++i) {
-        models::BatchEntry d{&cache, std::span<const int32_t>(&tok, 1)};
-        ThrowIfError(models::Forward(*m.model, **be, std::span(&d, 1), false, &logits));
-        tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      for (size_t i = 0; i < conc.size(); ++i) {
+        const auto [pre, dec] = RunConcurrent(**engine, prompt, conc[i], args->gen_tokens);
+        prefill[i].push_back(pre);
+        decode[i].push_back(dec);
       }
-      decode.push_back(args->gen_tokens / std::chrono::duration<double>(Clock::now() - t1).count());
     }
     const double bw_med = Median(bw), wbytes = WeightBytesPerToken(*m.model);
-    const double wall = bw_med / wbytes, dec = Median(decode), pre = Median(prefill);
+    const double wall = bw_med / wbytes;
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t i = 0; i < conc.size(); ++i) {
+      rows.push_back({{"concurrency", conc[i]}, {"prefill_tok_s", Median(prefill[i])},
+                      {"decode_tok_s", Median(decode[i])},
+                      {"decode_fraction_of_wall", Median(decode[i]) / wall}});
+    }
     nlohmann::json out = {{"model", m.path}, {"backend", args->backend}, {"threads", threads},
+                          {"isa", (*be)->name()},
                           {"reps", args->reps}, {"prompt_tokens", args->prompt_tokens},
                           {"gen_tokens", args->gen_tokens}, {"read_bandwidth_GBps", bw_med / 1e9},
                           {"weight_bytes_per_token", wbytes}, {"weight_wall_tok_s", wall},
-                          {"prefill_tok_s", pre}, {"decode_tok_s", dec},
-                          {"decode_fraction_of_wall", dec / wall}};
+                          {"prefill_tok_s", rows[0]["prefill_tok_s"]},
+                          {"decode_tok_s", rows[0]["decode_tok_s"]},
+                          {"decode_fraction_of_wall", rows[0]["decode_fraction_of_wall"]},
+                          {"by_concurrency", rows}};
     if (args->json) {
       std::printf("%s\n", out.dump(2).c_str());
       return;
@@ -125,11 +195,15 @@ void RegisterBench(CLI::App& app) {
     std::printf("%s", absl::StrFormat(
         "model      %s (%s backend, %d threads, median of %d interleaved reps)\n"
         "bandwidth  %.2f GB/s read (1 GiB buffer, same run)\n"
-        "weights    %.1f MB read per decoded token -> weight wall %.1f tok/s\n"
-        "prefill    %.1f tok/s (%d-token prompt)\n"
-        "decode     %.2f tok/s (%d tokens after the prompt) = %.1f%% of the weight wall\n",
-        m.path, args->backend, threads, args->reps, bw_med / 1e9, wbytes / 1e6, wall, pre,
-        args->prompt_tokens, dec, args->gen_tokens, 100.0 * dec / wall).c_str());
+        "weights    %.1f MB read per decoded token -> weight wall %.1f tok/s (one sequence)\n",
+        m.path, args->backend, threads, args->reps, bw_med / 1e9, wbytes / 1e6, wall).c_str());
+    for (size_t i = 0; i < conc.size(); ++i) {
+      std::printf("%s", absl::StrFormat(
+          "c=%-3d      prefill %.1f tok/s (%d-token prompts)  decode %.2f tok/s aggregate "
+          "(%d tokens each) = %.1f%% of the one-sequence weight wall\n",
+          conc[i], Median(prefill[i]), args->prompt_tokens, Median(decode[i]), args->gen_tokens,
+          100.0 * Median(decode[i]) / wall).c_str());
+    }
   });
 }
 

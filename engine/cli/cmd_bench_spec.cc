@@ -11,8 +11,7 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/model_io.h"
 #include "engine/runtime/generate.h"
-#include "engine/spec/speculative.h"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
 
 namespace lockstep::cli {
 namespace {
@@ -63,7 +62,7 @@ void RegisterBenchSpec(CLI::App& app) {
   sub->add_flag("--chat", a->chat, "Wrap each prompt with the chat template");
   sub->callback([a] {
     LoadedModel t = LoadModel(a->target, false);
-    auto be = oracle::MakeBackend("cpu", a->threads);
+    auto be = backend::MakeBackend("cpu", {a->threads});
     ThrowIfError(be.status());
     std::vector<std::vector<int32_t>> prompts;
     for (const std::string& p : ReadPrompts(a->prompts)) {
@@ -121,9 +120,12 @@ void RegisterBenchSpec(CLI::App& app) {
           int64_t toks = 0;
           double secs = 0;
           for (size_t i = 0; i < prompts.size(); ++i) {
-            auto r = spec::GenerateSpeculative(*t.model, **be, *t.tok, *drafter, prompts[i], params,
-                                               1000 + i, {m, a->k, false}, noop);
-            ThrowIfError(r.status());
+            spec::SpecStats st;
+            auto g = runtime::Generate(*t.model, **be, *t.tok, prompts[i], params, 1000 + i, noop,
+                                       drafter, {m, a->k, false}, &st);
+            ThrowIfError(g.status());
+            struct { runtime::GenerateResult gen; spec::SpecStats stats; } rr{std::move(*g), st};
+            auto* r = &rr;
             toks += static_cast<int64_t>(r->gen.tokens.size());
             secs += r->gen.prefill_seconds + r->gen.decode_seconds;
             cell.identical += r->gen.tokens == ref[i];

@@ -15,10 +15,10 @@
 #include "engine/cli/model_io.h"
 #include "engine/models/requantize.h"
 #include "engine/runtime/generate.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 #include "engine/spec/frspec.h"
-#include "engine/spec/speculative.h"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/models/runner.h"
 
 namespace lockstep::cli {
 namespace {
@@ -108,7 +108,7 @@ void RunRanks(const RanksArgs& a) {
   if (!m.model->weights().output_ids.empty()) {
     throw CliError(2, "ranks needs an untrimmed model (" + m.path + " has lockstep.trim.ids)");
   }
-  auto be = oracle::MakeBackend(a.backend, a.threads);
+  auto be = backend::MakeBackend(a.backend, {a.threads});
   ThrowIfError(be.status());
   sampling::SamplingParams params;
   params.max_tokens = a.n;
@@ -158,7 +158,7 @@ void RunTrim(const TrimArgs& a) {
   if (a.draft.empty() || a.ranks.empty() || a.n == 0 || a.out.empty()) {
     throw CliError(2, "trim-draft needs DRAFT RANKS N --out OUT (or --validate ...)");
   }
-  auto path = runtime::ResolveModel(a.draft);
+  auto path = store::ResolveModel(a.draft);
   ThrowIfError(path.status());
   std::error_code ec;
   if (std::filesystem::exists(a.out) && std::filesystem::equivalent(*path, a.out, ec)) {
@@ -229,16 +229,23 @@ void AddStats(spec::SpecStats& into, const spec::SpecStats& s) {
 // Milliseconds per single-token draft forward after a `ctx`-token context: the cost a drafter
 // pays per proposed token, where the head's share shows.
 double DraftStepMs(const models::Model& m, backend::Backend& be, int ctx, int steps) {
-  models::KvCache cache(m.config(), ctx + steps);
+  models::RunnerOptions o;
+  o.max_step_tokens = std::max(ctx, 1);
+  o.max_logit_rows = 1;
+  o.n_blocks = (ctx + steps + o.block_size - 1) / o.block_size;
+  auto runner = models::Runner::Create(m, be, o);
+  ThrowIfError(runner.status());
+  std::vector<int32_t> blocks(o.n_blocks);
+  for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(b);
   std::vector<int32_t> prefix(ctx, 1);
-  models::BatchEntry e{&cache, prefix};
+  models::StepEntry e{prefix, 0, blocks, 1};
   std::vector<float> logits;
-  ThrowIfError(models::Forward(m, be, std::span(&e, 1), false, &logits));
+  ThrowIfError((*runner)->Forward(std::span(&e, 1), &logits));
   std::vector<int32_t> one = {1};
   const auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
-    models::BatchEntry s{&cache, one};
-    ThrowIfError(models::Forward(m, be, std::span(&s, 1), false, &logits));
+    models::StepEntry s{one, ctx + i, blocks, 1};
+    ThrowIfError((*runner)->Forward(std::span(&s, 1), &logits));
   }
   return 1000.0 * SecondsSince(t0) / steps;
 }
@@ -267,7 +274,7 @@ void RunValidate(const TrimArgs& a) {
   LoadedModel untrimmed = LoadModel(a.untrimmed, true);
   LoadedModel trimmed = LoadModel(a.trimmed, true);
   ThrowIfError(spec::CheckTrimOf(untrimmed.model->file(), trimmed.model->file()));
-  auto be = oracle::MakeBackend(a.backend, a.threads);
+  auto be = backend::MakeBackend(a.backend, {a.threads});
   ThrowIfError(be.status());
   const int64_t kept = static_cast<int64_t>(trimmed.model->weights().output_ids.size());
   const double step_full = DraftStepMs(*untrimmed.model, **be, 32, 32);
@@ -310,11 +317,12 @@ void RunValidate(const TrimArgs& a) {
           ThrowIfError(r.status());
           g = std::move(*r);
         } else {
-          auto r = spec::GenerateSpeculative(*target.model, **be, *target.tok, *drafters[v],
-                                             encoded[p], params, 0, so, [](std::string_view) {});
+          spec::SpecStats st;
+          auto r = runtime::Generate(*target.model, **be, *target.tok, encoded[p], params, 0,
+                                     [](std::string_view) {}, drafters[v], so, &st);
           ThrowIfError(r.status());
-          if (rep == 0) AddStats(run.stats, r->stats);
-          g = std::move(r->gen);
+          if (rep == 0) AddStats(run.stats, st);
+          g = std::move(*r);
         }
         seconds += SecondsSince(t0);
         generated += static_cast<int64_t>(g.tokens.size());

@@ -3,7 +3,7 @@
 #include "engine/cli/commands.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/inspect.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 
 namespace lockstep::cli {
 
@@ -20,7 +20,7 @@ void RegisterInspect(CLI::App& app) {
   sub->add_flag("--json", args->json, "Print JSON instead of text");
   sub->add_flag("--full", args->full, "Do not abbreviate long arrays and strings");
   sub->callback([args] {
-    auto path = runtime::ResolveModel(args->model);
+    auto path = store::ResolveModel(args->model);
     ThrowIfError(path.status());
     auto file = gguf::File::Open(*path);
     ThrowIfError(file.status());

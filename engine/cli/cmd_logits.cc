@@ -7,9 +7,10 @@
 #include "engine/cli/commands.h"
 #include "engine/core/npy.h"
 #include "engine/models/model.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/models/runner.h"
 
 namespace lockstep::cli {
 
@@ -50,7 +51,7 @@ void RegisterLogits(CLI::App& app) {
     if (prompt->count() == 0 && tokens->count() == 0) {
       throw CliError(2, "logits needs --prompt or --tokens");
     }
-    auto path = runtime::ResolveModel(args->model);
+    auto path = store::ResolveModel(args->model);
     ThrowIfError(path.status());
     auto model = models::Model::Load(*path);
     ThrowIfError(model.status());
@@ -63,18 +64,16 @@ void RegisterLogits(CLI::App& app) {
       ids = tok->Encode(args->prompt, tok->add_bos_default(), /*parse_special=*/true);
     }
     if (ids.empty()) throw CliError(2, "the prompt has no tokens");
-    auto be = oracle::MakeBackend(args->backend, args->threads);
+    auto be = backend::MakeBackend(args->backend, {args->threads});
     ThrowIfError(be.status());
-    models::KvCache cache((*model)->config(), static_cast<int64_t>(ids.size()));
-    models::BatchEntry entry{&cache, ids};
-    std::vector<float> logits;
     models::DumpFn dump = [&](const std::string& name, const float* data, int64_t rows, int64_t cols) {
       ThrowIfError(npy::Write(args->dump_dir + "/" + name + ".npy", {rows, cols}, data));
     };
     if (!args->dump_dir.empty()) std::filesystem::create_directories(args->dump_dir);
-    ThrowIfError(models::Forward(**model, **be, std::span<models::BatchEntry>(&entry, 1),
-                                 /*all_logits=*/true, &logits,
-                                 args->dump_dir.empty() ? nullptr : &dump));
+    auto result = models::PromptLogits(**model, **be, ids, /*all=*/true,
+                                       args->dump_dir.empty() ? nullptr : &dump);
+    ThrowIfError(result.status());
+    const std::vector<float>& logits = *result;
     const int64_t n_vocab = (*model)->config().n_vocab;
     ThrowIfError(npy::Write(args->out, {static_cast<int64_t>(ids.size()), n_vocab}, logits.data()));
     std::fprintf(stderr, "wrote %s [%zu, %lld] (%s backend)\n", args->out.c_str(), ids.size(),

@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "engine/cli/commands.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 #include "nlohmann/json.hpp"
 
 namespace lockstep::cli {
@@ -11,13 +11,13 @@ void RegisterModels(CLI::App& app) {
   CLI::App* pull = app.add_subcommand("pull", "Fetch a known model into the cache; print its path");
   pull->add_option("NAME", *name, "Known model name (see `lockstep models`)")->required();
   pull->callback([name] {
-    const runtime::KnownModel* m = runtime::FindKnownModel(*name);
+    const store::KnownModel* m = store::FindKnownModel(*name);
     if (m == nullptr) {
       std::string known;
-      for (const auto& k : runtime::KnownModels()) known += (known.empty() ? "" : ", ") + k.name;
+      for (const auto& k : store::KnownModels()) known += (known.empty() ? "" : ", ") + k.name;
       throw CliError(2, "unknown model name \"" + *name + "\" (known: " + known + ")");
     }
-    auto path = runtime::Pull(*m);
+    auto path = store::Pull(*m);
     ThrowIfError(path.status());
     std::printf("%s\n", path->c_str());
   });
@@ -27,23 +27,23 @@ void RegisterModels(CLI::App& app) {
   models->add_flag("--json", *json, "Print JSON");
   models->callback([json] {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& m : runtime::KnownModels()) {
+    for (const auto& m : store::KnownModels()) {
       std::string source;
       for (const auto& p : m.parts) source += (source.empty() ? "" : " + ") + p.package;
-      bool cached = runtime::IsCached(m);
+      bool cached = store::IsCached(m);
       if (*json) {
         out.push_back({{"name", m.name}, {"description", m.description}, {"source", source},
                        {"size_bytes", m.size_bytes}, {"sha256", m.sha256}, {"cached", cached},
-                       {"path", runtime::CachedPath(m)},
-                       {"default", &m == &runtime::DefaultModel()}});
+                       {"path", store::CachedPath(m)},
+                       {"default", &m == &store::DefaultModel()}});
         continue;
       }
       std::printf("%s%s\n  %s\n  source  %s (PyPI)\n  size    %.1f MiB (%llu bytes)\n"
                   "  sha256  %s\n  cached  %s\n",
-                  m.name.c_str(), &m == &runtime::DefaultModel() ? "  (default)" : "",
+                  m.name.c_str(), &m == &store::DefaultModel() ? "  (default)" : "",
                   m.description.c_str(), source.c_str(), m.size_bytes / 1048576.0,
                   static_cast<unsigned long long>(m.size_bytes), m.sha256.c_str(),
-                  cached ? runtime::CachedPath(m).c_str() : "no (lockstep pull NAME)");
+                  cached ? store::CachedPath(m).c_str() : "no (lockstep pull NAME)");
     }
     if (*json) std::printf("%s\n", out.dump(2).c_str());
   });

@@ -3,7 +3,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/models/requantize.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 
 namespace lockstep::cli {
 
@@ -45,7 +45,7 @@ void RegisterQuantize(CLI::App& app) {
     if (!args->quiet) {
       options.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     }
-    auto path = runtime::ResolveModel(args->model);
+    auto path = store::ResolveModel(args->model);
     ThrowIfError(path.status());
     auto summary = models::RequantizeFile(*path, args->out, options);
     ThrowIfError(summary.status());

@@ -1,40 +1,63 @@
-// `lockstep run`: generate from a prompt, streaming text to stdout; stats go to stderr.
+// `lockstep run`: generate from a prompt through the engine's step loop, streaming text to
+// stdout; stats go to stderr (or everything as one JSON object with --json).
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 
+#include "engine/backend/backend.h"
 #include "engine/cli/commands.h"
+#include "engine/cli/engine_flags.h"
 #include "engine/cli/model_io.h"
-#include "engine/runtime/generate.h"
-#include "engine/runtime/model_store.h"
-#include "engine/spec/speculative.h"
-#include "oracle/make_backend.h"
+#include "engine/runtime/engine.h"
+#include "engine/store/model_store.h"
 
 namespace lockstep::cli {
-namespace {
 
-std::string drafter_name_for_stats(bool ngram) { return ngram ? "ngram" : "draft model"; }
-
-}  // namespace
+std::string ReadPromptText(const std::string& prompt, const std::string& prompt_file) {
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file, std::ios::binary);
+    if (!in) throw CliError(2, "cannot read --prompt-file " + prompt_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  if (prompt == "-" || (prompt.empty() && !isatty(STDIN_FILENO))) {
+    std::stringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  if (prompt.empty()) {
+    throw CliError(2, "no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe it on stdin");
+  }
+  return prompt;
+}
 
 void RegisterRun(CLI::App& app) {
   struct Args {
-    std::string model, prompt, system, template_file, backend = "cpu", draft, spec_mode;
-    bool chat = false, quiet = false, ngram = false, spec_adaptive = false;
+    std::string model, prompt, prompt_file, system, template_file, backend = "cpu", draft, spec_mode;
+    bool chat = false, quiet = false, ngram = false, spec_adaptive = false, json = false;
     int spec_k = 4;
     int threads = 0;
     uint64_t seed = 0;
     sampling::SamplingParams params;
+    EngineFlags engine;
   };
   auto args = std::make_shared<Args>();
   args->params.max_tokens = 128;
   args->params.temperature = 0.0f;
   CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt");
   sub->add_option("MODEL", args->model, "GGUF file path or known model name (default: " +
-                                            runtime::DefaultModel().name + ")")
+                                            store::DefaultModel().name + ")")
       ->envname("LOCKSTEP_MODEL");
   sub->add_option("--model", args->model, "Same as MODEL");
-  sub->add_option("-p,--prompt", args->prompt, "Prompt text")->required();
+  sub->add_option("-p,--prompt", args->prompt, "Prompt text ('-' = read stdin)");
+  sub->add_option("--prompt-file", args->prompt_file, "Read the prompt from a file");
   sub->add_flag("--chat", args->chat, "Wrap the prompt as a user turn with the chat template");
   sub->add_option("--system", args->system, "System message (with --chat)");
   sub->add_option("--template", args->template_file, "Chat template file (default: the model's)");
@@ -55,6 +78,8 @@ void RegisterRun(CLI::App& app) {
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
       ->envname("LOCKSTEP_THREADS");
   sub->add_flag("-q,--quiet", args->quiet, "No progress or stats on stderr");
+  sub->add_flag("--json", args->json,
+                "Print one JSON object (text, tokens, finish reason, timings) instead of streaming");
   auto* draft = sub->add_option("--draft", args->draft,
                                 "Draft model (GGUF path or known name) for speculative decoding");
   auto* ngram = sub->add_flag("--ngram", args->ngram, "Speculative decoding with prompt lookup");
@@ -64,61 +89,100 @@ void RegisterRun(CLI::App& app) {
   sub->add_flag("--spec-adaptive", args->spec_adaptive, "Choose K per round (up to --spec-k)");
   sub->add_option("--spec-mode", args->spec_mode,
                   "greedy | reject | coupled (default: greedy at --temp 0, else coupled)");
+  AddEngineFlags(sub, args->engine);
   sub->callback([args] {
-    if (args->model.empty()) args->model = runtime::DefaultModel().name;
-    LoadedModel m = LoadModel(args->model, !args->quiet);
-    std::vector<int32_t> prompt;
-    if (args->chat) {
-      std::vector<tokenizer::ChatMessage> messages;
-      if (!args->system.empty()) messages.push_back({"system", args->system});
-      messages.push_back({"user", args->prompt});
-      const std::string text = RenderChat(m, args->template_file, messages, true);
-      prompt = m.tok->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
-    } else {
-      prompt = m.tok->Encode(args->prompt, m.tok->add_bos_default(), /*parse_special=*/true);
-    }
-    auto be = oracle::MakeBackend(args->backend, args->threads);
-    ThrowIfError(be.status());
-    auto print = [](std::string_view s) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    };
+    if (args->model.empty()) args->model = store::DefaultModel().name;
+    const std::string prompt_text = ReadPromptText(args->prompt, args->prompt_file);
     const bool speculative = !args->draft.empty() || args->ngram;
     if (!speculative && !args->spec_mode.empty()) {
       throw CliError(2, "--spec-mode needs --draft or --ngram");
     }
-    absl::StatusOr<runtime::GenerateResult> r;
-    spec::SpecStats stats;
+    LoadedModel m = LoadModel(args->model, !args->quiet && !args->json);
+    std::vector<int32_t> prompt;
+    if (args->chat) {
+      std::vector<tokenizer::ChatMessage> messages;
+      if (!args->system.empty()) messages.push_back({"system", args->system});
+      messages.push_back({"user", prompt_text});
+      const std::string text = RenderChat(m, args->template_file, messages, true);
+      prompt = m.tok->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
+    } else {
+      prompt = m.tok->Encode(prompt_text, m.tok->add_bos_default(), /*parse_special=*/true);
+    }
+    auto be = backend::MakeBackend(args->backend, {args->threads});
+    ThrowIfError(be.status());
+
+    runtime::EngineOptions eo = ToEngineOptions(args->engine);
+    eo.max_running = 1;
+    eo.max_spec_k = std::max(1, args->spec_k);
+    auto engine = runtime::Engine::Create(*m.model, *m.tok, **be, eo);
+    ThrowIfError(engine.status());
+
+    runtime::Request req;
+    req.prompt = prompt;
+    req.params = args->params;
+    req.seed = args->seed;
+    std::unique_ptr<spec::Drafter> drafter;
     if (speculative) {
-      spec::SpecOptions so;
-      so.k = args->spec_k;
-      so.adaptive = args->spec_adaptive;
+      req.spec.k = args->spec_k;
+      req.spec.adaptive = args->spec_adaptive;
       if (args->spec_mode.empty()) {
-        so.mode = args->params.greedy() ? spec::SpecMode::kGreedy : spec::SpecMode::kCoupled;
+        req.spec.mode = spec::DefaultSpecMode(args->params.greedy());
       } else {
         auto mode = spec::ParseSpecMode(args->spec_mode);
         ThrowIfError(mode.status());
-        so.mode = *mode;
+        req.spec.mode = *mode;
       }
-      std::unique_ptr<spec::Drafter> drafter;
-      if (args->ngram) {
-        drafter = spec::MakeNgramDrafter(m.model->config().n_vocab);
-      } else {
-        LoadedModel d = LoadModel(args->draft, !args->quiet);
-        auto md = spec::MakeModelDrafter(*m.model, std::move(d.model), **be);
-        ThrowIfError(md.status());
-        drafter = std::move(*md);
+      std::string draft_path = "ngram";
+      if (!args->ngram) {
+        auto path = store::ResolveModel(args->draft);
+        ThrowIfError(path.status());
+        draft_path = *path;
       }
-      auto sr = spec::GenerateSpeculative(*m.model, **be, *m.tok, *drafter, prompt, args->params,
-                                          args->seed, so, print);
-      ThrowIfError(sr.status());
-      stats = sr->stats;
-      r = std::move(sr->gen);
-    } else {
-      r = runtime::Generate(*m.model, **be, *m.tok, prompt, args->params, args->seed, print);
+      auto d = spec::MakeDrafter(*m.model, **be, draft_path, (*engine)->ctx());
+      ThrowIfError(d.status());
+      drafter = std::move(*d);
+      req.drafter = drafter.get();
     }
+    if (!args->json) {
+      req.on_text = [](std::string_view s) {
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fflush(stdout);
+      };
+    }
+    const std::string mode_name = speculative ? spec::SpecModeName(req.spec.mode) : "";
+    auto r = (*engine)->Run(std::move(req));
     ThrowIfError(r.status());
+    const runtime::GenerateResult& g = r->gen;
+    const spec::SpecStats& stats = r->stats;
+    const double n_dec = static_cast<double>(g.tokens.size());
+    const double decode_tps = n_dec > 1 ? (n_dec - 1) / g.decode_seconds : 0.0;
+    if (args->json) {
+      nlohmann::json j;
+      j["text"] = g.text;
+      j["tokens"] = g.tokens;
+      j["prompt_tokens"] = g.prompt_tokens;
+      j["finish_reason"] = std::string(sampling::OpenAIFinishReason(g.finish));
+      j["timings"] = {{"prefill_seconds", g.prefill_seconds},
+                      {"decode_seconds", g.decode_seconds},
+                      {"decode_tokens_per_second", decode_tps}};
+      j["backend"] = args->backend;
+      if (speculative) {
+        j["speculative"] = {{"drafter", drafter->name()},
+                            {"mode", mode_name},
+                            {"rounds", stats.rounds},
+                            {"drafted", stats.drafted},
+                            {"accepted", stats.accepted},
+                            {"accepted_at", stats.accepted_at},
+                            {"proposed_at", stats.proposed_at}};
+      }
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::fflush(stdout);
+      return;
+    }
+    // The text ends with a newline on stdout, flushed before any stats reach stderr, so the two
+    // never run together in a terminal or a shared pipe.
     std::fputc('\n', stdout);
+    std::fflush(stdout);
     if (speculative && !args->quiet) {
       std::string per;
       for (size_t i = 0; i < stats.proposed_at.size(); ++i) {
@@ -129,20 +193,18 @@ void RegisterRun(CLI::App& app) {
       std::fprintf(stderr,
                    "speculative (%s): %lld rounds, drafted %lld, accepted %lld (%.1f%%), "
                    "%.2f tokens per target forward; acceptance by draft position:%s\n",
-                   drafter_name_for_stats(args->ngram).c_str(), static_cast<long long>(stats.rounds),
+                   drafter->name().c_str(), static_cast<long long>(stats.rounds),
                    static_cast<long long>(stats.drafted), static_cast<long long>(stats.accepted),
                    stats.drafted ? 100.0 * stats.accepted / stats.drafted : 0.0,
                    stats.mean_accepted_length(), per.c_str());
     }
     if (!args->quiet) {
-      const double n_dec = static_cast<double>(r->tokens.size());
       std::fprintf(stderr,
                    "prefill: %lld tokens in %.3f s (%.1f tok/s)  decode: %.0f tokens in %.3f s "
                    "(%.1f tok/s)  finish: %s  backend: %s\n",
-                   static_cast<long long>(r->prompt_tokens), r->prefill_seconds,
-                   r->prompt_tokens / r->prefill_seconds, n_dec, r->decode_seconds,
-                   n_dec > 1 ? (n_dec - 1) / r->decode_seconds : 0.0,
-                   std::string(sampling::OpenAIFinishReason(r->finish)).c_str(),
+                   static_cast<long long>(g.prompt_tokens), g.prefill_seconds,
+                   g.prompt_tokens / g.prefill_seconds, n_dec, g.decode_seconds, decode_tps,
+                   std::string(sampling::OpenAIFinishReason(g.finish)).c_str(),
                    args->backend.c_str());
     }
   });

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "engine/cli/commands.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 
 namespace lockstep::cli {
 namespace {
@@ -41,7 +41,7 @@ std::unique_ptr<tokenizer::Tokenizer> MakeTokenizer(const gguf::File& f) {
 
 LoadedModel LoadModel(const std::string& name_or_path, bool progress) {
   LoadedModel m;
-  auto path = runtime::ResolveModel(name_or_path);
+  auto path = store::ResolveModel(name_or_path);
   ThrowIfError(path.status());
   m.path = *path;
   auto model = models::Model::Load(m.path);
@@ -54,12 +54,13 @@ LoadedModel LoadModel(const std::string& name_or_path, bool progress) {
 
 LoadedModel LoadTokenizerOnly(const std::string& name_or_path) {
   LoadedModel m;
-  auto path = runtime::ResolveModel(name_or_path);
+  auto path = store::ResolveModel(name_or_path);
   ThrowIfError(path.status());
   m.path = *path;
   auto file = gguf::File::Open(m.path);
   ThrowIfError(file.status());
   m.tok = MakeTokenizer(*file);
+  m.file = std::make_unique<gguf::File>(std::move(*file));
   return m;
 }
 
@@ -73,20 +74,12 @@ std::string RenderChat(const LoadedModel& m, const std::string& template_file,
     std::stringstream ss;
     ss << in.rdbuf();
     source = ss.str();
-  } else {
-    auto file = gguf::File::Open(m.path);
-    ThrowIfError(file.status());
-    const gguf::Value* v = file->Find("tokenizer.chat_template");
-    if (v == nullptr || v->type != gguf::ValueType::STRING) {
-      throw CliError(2, m.path + " has no tokenizer.chat_template; pass one with --template FILE");
-    }
-    source = v->str;
   }
-  auto tpl = tokenizer::ChatTemplate::Parse(source);
-  ThrowIfError(tpl.status());
-  const tokenizer::Tokenizer& t = *m.tok;
-  auto text = tpl->Render(messages, add_generation_prompt, t.TokenText(t.bos_id()),
-                          t.TokenText(t.eos_id()));
+  auto text = tokenizer::RenderModelChat(m.model ? m.model->file() : *m.file, *m.tok, source,
+                                         messages, add_generation_prompt);
+  if (!text.ok() && absl::IsNotFound(text.status())) {
+    throw CliError(2, m.path + ": " + std::string(text.status().message()));
+  }
   ThrowIfError(text.status());
   return *text;
 }

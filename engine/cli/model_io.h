@@ -15,6 +15,7 @@ struct LoadedModel {
   std::string path;
   std::unique_ptr<models::Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::unique_ptr<gguf::File> file;  // LoadTokenizerOnly: the mapped file (no weights bound)
 };
 
 // Resolves NAME or path, maps and binds the model, builds its tokenizer. With `progress`, reads

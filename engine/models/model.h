@@ -1,12 +1,10 @@
-// A decoder-only transformer: hyperparameters (data, not code), weights bound to GGUF tensors,
-// and one forward over a batch of sequences on any Backend. Architecture families
+// A decoder-only transformer: hyperparameters (data, not code) and weights bound to GGUF tensors.
+// models::Runner (runner.h) runs its forward on a Backend over a paged KV pool. Architecture families
 // (llama.cc, gemma3.cc, qwen3.cc) differ only in how they fill Config and bind Weights.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -68,28 +66,5 @@ class Model {
   Config config_;
   Weights weights_;
 };
-
-// One sequence's KV cache: per layer, contiguous [capacity, n_kv_head, head_dim] f32 for K and V.
-struct KvCache {
-  KvCache(const Config& c, int64_t capacity);
-  int64_t capacity = 0;
-  int64_t n_past = 0;  // positions 0..n_past-1 are filled
-  std::vector<std::vector<float>> k, v;
-};
-
-struct BatchEntry {
-  KvCache* cache = nullptr;
-  std::span<const int32_t> tokens;  // placed at positions cache->n_past ...
-};
-
-// Called with each named intermediate ("blk.3.attn_out"): [rows, cols] f32, rows = batch tokens.
-using DumpFn = std::function<void(const std::string& name, const float* data, int64_t rows,
-                                  int64_t cols)>;
-
-// Runs the batch; advances each cache's n_past by its token count. `logits` receives, per entry
-// in order, [T_e, n_out] when all_logits, else [1, n_out] for the entry's last token, where
-// n_out = weights().output.rows (n_vocab, or the kept rows of a trimmed head).
-absl::Status Forward(const Model& model, backend::Backend& be, std::span<BatchEntry> batch,
-                     bool all_logits, std::vector<float>* logits, const DumpFn* dump = nullptr);
 
 }  // namespace lockstep::models

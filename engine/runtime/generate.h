@@ -1,5 +1,6 @@
-// Plain (non-speculative) generation for one sequence: prefill, then decode token by token,
-// sampling each position with the position-keyed sampler and streaming text as it is final.
+// Generation results, the UTF-8 stream, and Generate(): one request run alone on a fresh
+// Engine (engine.h) — the convenience the CLI's batch tools and the tests use. It is the same
+// Engine::Step loop that serves many requests.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "engine/models/model.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/stop.h"
+#include "engine/spec/drafter.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace lockstep::runtime {
@@ -36,11 +38,15 @@ struct GenerateResult {
 };
 
 // `on_text` receives each streamed piece. Stops on an end-of-turn token of the tokenizer (in
-// addition to params.stop_token_ids), a stop string, or params.max_tokens.
+// addition to params.stop_token_ids), a stop string, or params.max_tokens. With a drafter, runs
+// speculative decoding with `spec` (and fills *stats when given).
 absl::StatusOr<GenerateResult> Generate(const models::Model& model, backend::Backend& be,
                                         const tokenizer::Tokenizer& tok,
                                         const std::vector<int32_t>& prompt,
                                         const sampling::SamplingParams& params, uint64_t seed,
-                                        const std::function<void(std::string_view)>& on_text);
+                                        const std::function<void(std::string_view)>& on_text,
+                                        spec::Drafter* drafter = nullptr,
+                                        const spec::SpecOptions& spec = {},
+                                        spec::SpecStats* stats = nullptr);
 
 }  // namespace lockstep::runtime

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/models/model.h"
+#include "engine/models/runner.h"
 #include "engine/sampling/sampler.h"
 
 namespace lockstep::spec {
@@ -36,18 +37,53 @@ struct Draft {
   std::vector<std::vector<double>> q;
 };
 
+// One sequence's drafting state (a draft model's KV, say). Destroying it frees what it holds.
+class DraftState {
+ public:
+  virtual ~DraftState() = default;
+  virtual absl::StatusOr<Draft> Propose(const DraftRequest& req) = 0;
+};
+
+// A drafter serves many sequences; each gets its own state from Start().
 class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual std::string name() const = 0;
-  virtual absl::StatusOr<Draft> Propose(const DraftRequest& req) = 0;
+  virtual absl::StatusOr<std::unique_ptr<DraftState>> Start() = 0;
+};
+
+struct SpecOptions {
+  SpecMode mode = SpecMode::kGreedy;
+  int k = 4;              // draft length (fixed), or the maximum when adaptive
+  bool adaptive = false;  // K per round: +1 after a fully accepted round, -1 after an early miss
+  absl::Status Validate(bool greedy_params) const;  // k in [1, 64]; greedy mode needs temp 0
+};
+
+// The mode a run uses when none is named: greedy at temperature 0, else coupled (both give
+// plain decoding's bytes; docs/speculative.md).
+SpecMode DefaultSpecMode(bool greedy_params);
+
+struct SpecStats {
+  int64_t rounds = 0, drafted = 0, accepted = 0, target_forwards = 0;
+  std::vector<int64_t> proposed_at, accepted_at;  // per draft position i (0-based)
+  double mean_accepted_length() const {  // tokens emitted per target forward
+    return target_forwards > 0 ? static_cast<double>(accepted + rounds) / target_forwards : 0;
+  }
 };
 
 // A smaller model sharing the target's tokenizer (vocab identity is checked: the same token
-// strings in the same order, or a trimmed draft whose id map points into it).
+// strings in the same order, or a trimmed draft whose id map points into it). It runs on `be`
+// with its own paged KV pool of `pool_tokens` tokens shared by the sequences it drafts for.
 absl::StatusOr<std::unique_ptr<Drafter>> MakeModelDrafter(const models::Model& target,
                                                           std::unique_ptr<models::Model> draft,
-                                                          backend::Backend& be);
+                                                          backend::Backend& be,
+                                                          int64_t pool_tokens = 8192);
+
+// `draft` is "ngram" (prompt lookup) or the path of a draft model's GGUF file. Errors name the
+// file and what does not fit the target (vocabulary, architecture).
+absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const models::Model& target,
+                                                     backend::Backend& be, const std::string& draft,
+                                                     int64_t pool_tokens = 8192);
 
 // Prompt lookup: the tokens that followed the most recent earlier occurrence of the context's
 // last n-gram (n from max_n down to min_n).

@@ -7,11 +7,10 @@
 namespace lockstep::spec {
 namespace {
 
-class NgramDrafter : public Drafter {
+class NgramState : public DraftState {
  public:
-  NgramDrafter(int64_t n_vocab, int max_n, int min_n)
+  NgramState(int64_t n_vocab, int max_n, int min_n)
       : n_vocab_(n_vocab), max_n_(max_n), min_n_(min_n) {}
-  std::string name() const override { return "ngram"; }
 
   absl::StatusOr<Draft> Propose(const DraftRequest& req) override {
     Draft d;
@@ -36,6 +35,21 @@ class NgramDrafter : public Drafter {
       }
     }
     return d;
+  }
+
+ private:
+  int64_t n_vocab_;
+  int max_n_, min_n_;
+};
+
+// Stateless between rounds: every sequence gets a fresh NgramState.
+class NgramDrafter : public Drafter {
+ public:
+  NgramDrafter(int64_t n_vocab, int max_n, int min_n)
+      : n_vocab_(n_vocab), max_n_(max_n), min_n_(min_n) {}
+  std::string name() const override { return "ngram"; }
+  absl::StatusOr<std::unique_ptr<DraftState>> Start() override {
+    return std::unique_ptr<DraftState>(new NgramState(n_vocab_, max_n_, min_n_));
   }
 
  private:

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/gguf/gguf.h"
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/unicode.h"
 
 namespace lockstep::tokenizer {
@@ -131,5 +132,19 @@ class Tokenizer {
   std::vector<int32_t> cp_len_;    // [vocab] code points in spm_text_
   std::array<int32_t, 256> byte_fallback_{};  // <0xXX> token ids, -1 if absent
 };
+
+}  // namespace lockstep::tokenizer
+
+
+namespace lockstep::tokenizer {
+
+// The chat prompt of a model: `template_source` if not empty, else the GGUF's
+// tokenizer.chat_template, rendered over `messages` with the tokenizer's BOS / EOS texts. The
+// error names what is missing (a file without a template asks for one). Shared by `run`,
+// `chat` and the server.
+absl::StatusOr<std::string> RenderModelChat(const gguf::File& file, const Tokenizer& tok,
+                                            std::string_view template_source,
+                                            const std::vector<ChatMessage>& messages,
+                                            bool add_generation_prompt);
 
 }  // namespace lockstep::tokenizer

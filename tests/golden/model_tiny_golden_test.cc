@@ -10,7 +10,8 @@
 #include "engine/models/model.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/models/runner.h"
 
 namespace lockstep {
 namespace {
@@ -36,7 +37,7 @@ TEST_P(TinyGolden, MatchesTransformers) {
   const Case& c = GetParam();
   auto model = models::Model::Load(kDir + c.arch + "/" + c.arch + ".gguf");
   ASSERT_TRUE(model.ok()) << model.status();
-  auto be = oracle::MakeBackend(c.backend, 2);
+  auto be = backend::MakeBackend(c.backend, {2});
   ASSERT_TRUE(be.ok()) << be.status();
   const int64_t n_vocab = (*model)->config().n_vocab;
   int covered = 0;
@@ -46,10 +47,9 @@ TEST_P(TinyGolden, MatchesTransformers) {
     auto golden = npy::Read(p + "logits" + std::to_string(i) + ".npy");
     ASSERT_TRUE(golden.ok()) << golden.status();
     ASSERT_EQ(golden->shape, (std::vector<int64_t>{static_cast<int64_t>(ids.size()), n_vocab}));
-    models::KvCache cache((*model)->config(), static_cast<int64_t>(ids.size()));
-    models::BatchEntry entry{&cache, ids};
-    std::vector<float> logits(ids.size() * n_vocab, NAN);
-    ASSERT_TRUE(models::Forward(**model, **be, std::span(&entry, 1), true, &logits).ok());
+    auto result = models::PromptLogits(**model, **be, ids, /*all=*/true);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const std::vector<float>& logits = *result;
     auto s = compare::Logits(logits.data(), golden->data.data(), static_cast<int64_t>(ids.size()),
                              n_vocab, tol::kGoldenDecisiveMargin);
     ASSERT_TRUE(s.ok());

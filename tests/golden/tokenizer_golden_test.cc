@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -31,9 +31,9 @@ nlohmann::json ReadGolden(const std::string& file) {
 }
 
 void CheckGolden(const std::string& name, const std::string& end_of_turn) {
-  const runtime::KnownModel* known = runtime::FindKnownModel(name);
+  const store::KnownModel* known = store::FindKnownModel(name);
   ASSERT_NE(known, nullptr) << name << " is not a known model";
-  const std::string path = runtime::CachedPath(*known);
+  const std::string path = store::CachedPath(*known);
   if (!std::filesystem::exists(path)) {
     FAIL() << "model file " << path << " is absent; run `build/bin/lockstep pull " << name
            << "` (the tokenizer golden needs the real vocabulary)";

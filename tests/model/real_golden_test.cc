@@ -8,11 +8,12 @@
 #include "engine/core/npy.h"
 #include "engine/core/tolerances.h"
 #include "engine/models/model.h"
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/models/runner.h"
 
 namespace lockstep {
 namespace {
@@ -36,19 +37,19 @@ class RealGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RealGolden, MatchesTransformers) {
   const Case& c = GetParam();
-  const runtime::KnownModel* km = runtime::FindKnownModel(c.model);
+  const store::KnownModel* km = store::FindKnownModel(c.model);
   ASSERT_NE(km, nullptr);
-  ASSERT_TRUE(runtime::IsCached(*km)) << runtime::CachedPath(*km)
+  ASSERT_TRUE(store::IsCached(*km)) << store::CachedPath(*km)
                                       << " is missing: run `build/bin/lockstep pull " << c.model
                                       << "` (make test does)";
   std::ifstream in(kDir + c.model + ".json");
   const nlohmann::json meta = nlohmann::json::parse(in);
   ASSERT_EQ(meta["model_sha256"], km->sha256) << "golden was made from another file";
-  auto model = models::Model::Load(runtime::CachedPath(*km));
+  auto model = models::Model::Load(store::CachedPath(*km));
   ASSERT_TRUE(model.ok()) << model.status();
   auto tok = tokenizer::Tokenizer::FromGguf((*model)->file());
   ASSERT_TRUE(tok.ok()) << tok.status();
-  auto be = oracle::MakeBackend(c.backend, 0);
+  auto be = backend::MakeBackend(c.backend, {0});
   ASSERT_TRUE(be.ok());
   const int64_t V = (*model)->config().n_vocab;
   int64_t positions = 0, decisive = 0;
@@ -64,10 +65,9 @@ TEST_P(RealGolden, MatchesTransformers) {
     ASSERT_TRUE(g.ok()) << g.status();
     const int64_t K = (g->shape[1] - 1) / 2;
     ASSERT_EQ(g->shape[0], static_cast<int64_t>(ids.size()));
-    models::KvCache cache((*model)->config(), static_cast<int64_t>(ids.size()));
-    models::BatchEntry e{&cache, ids};
-    std::vector<float> logits;
-    ASSERT_TRUE(models::Forward(**model, **be, std::span(&e, 1), true, &logits).ok());
+    auto result = models::PromptLogits(**model, **be, ids, /*all=*/true);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const std::vector<float>& logits = *result;
     double err2 = 0, ref2 = 0;
     for (size_t t = 0; t < ids.size(); ++t) {
       const float* row = g->data.data() + t * g->shape[1];

@@ -18,7 +18,8 @@
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "oracle/make_backend.h"
+#include "engine/backend/backend.h"
+#include "engine/models/runner.h"
 
 namespace lockstep {
 namespace {
@@ -392,12 +393,9 @@ std::vector<int32_t> ReadPrompt(const std::string& path) {
 
 std::vector<float> AllLogits(const models::Model& m, backend::Backend& be,
                              const std::vector<int32_t>& ids) {
-  models::KvCache cache(m.config(), static_cast<int64_t>(ids.size()));
-  models::BatchEntry entry{&cache, ids};
-  std::vector<float> logits(ids.size() * m.config().n_vocab, NAN);
-  const absl::Status s = models::Forward(m, be, std::span(&entry, 1), true, &logits);
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
+  auto logits = models::PromptLogits(m, be, ids, /*all=*/true);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  return logits.ok() ? *logits : std::vector<float>(ids.size() * m.config().n_vocab, NAN);
 }
 
 TEST(Requantize, Q8TinyLlamaPredictsWhatF32Predicts) {
@@ -413,7 +411,7 @@ TEST(Requantize, Q8TinyLlamaPredictsWhatF32Predicts) {
   ASSERT_TRUE(q8.ok()) << q8.status();
   auto f32 = models::Model::Load(kTiny);
   ASSERT_TRUE(f32.ok()) << f32.status();
-  auto be = oracle::MakeBackend("cpu", 1);
+  auto be = backend::MakeBackend("cpu", {1});
   ASSERT_TRUE(be.ok()) << be.status();
   const int64_t n_vocab = (*f32)->config().n_vocab;
   int64_t positions = 0, agree = 0, decisive = 0, decisive_agree = 0;

@@ -1,4 +1,4 @@
-#include "engine/runtime/model_store.h"
+#include "engine/store/model_store.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace lockstep::runtime {
+namespace lockstep::store {
 namespace {
 
 namespace fs = std::filesystem;
@@ -193,4 +193,4 @@ absl::StatusOr<std::string> ResolveModel(const std::string& name_or_path) {
                                           absl::StrJoin(names, ", "), ")"));
 }
 
-}  // namespace lockstep::runtime
+}  // namespace lockstep::store

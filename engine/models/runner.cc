@@ -1,0 +1,322 @@
+// The decoder forward, shared by every family: a fixed sequence of Backend calls over the
+// stacked tokens of the step. Nothing here touches activation memory: every read and write goes
+// through the backend (docs/runtime.md).
+#include "engine/models/runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status.h"
+
+namespace lockstep::models {
+
+using backend::Tensor;
+
+int64_t KvBlockBytes(const Config& c, quant::KvFormat k, quant::KvFormat v, int64_t block_size) {
+  const int64_t kv_dim = c.n_kv_head * c.head_dim;
+  return c.n_layer * block_size * (quant::KvRowBytes(k, kv_dim) + quant::KvRowBytes(v, kv_dim));
+}
+
+absl::Status CheckKvFormats(const Config& c, quant::KvFormat k, quant::KvFormat v) {
+  const int64_t kv_dim = c.n_kv_head * c.head_dim;
+  for (quant::KvFormat f : {k, v}) {
+    const int64_t be = quant::KvFormatBlockElems(f);
+    if (c.head_dim % be != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV format ", quant::KvFormatName(f), " stores blocks of ", be,
+          " elements, which do not divide the model's head_dim ", c.head_dim, " (kv_dim ",
+          kv_dim, "); choose f32, f16, bf16 or fp8"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const Model& model, backend::Backend& be,
+                                                       const RunnerOptions& options) {
+  if (options.max_step_tokens < 1 || options.max_logit_rows < 1 || options.block_size < 1 ||
+      options.n_blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "runner options: max_step_tokens (", options.max_step_tokens, "), max_logit_rows (",
+        options.max_logit_rows, "), block_size (", options.block_size, ") and n_blocks (",
+        options.n_blocks, ") must all be >= 1"));
+  }
+  RETURN_IF_ERROR(CheckKvFormats(model.config(), options.k_format, options.v_format));
+  std::unique_ptr<Runner> r(new Runner(model, be, options));
+  RETURN_IF_ERROR(r->Init());
+  return r;
+}
+
+Runner::~Runner() {
+  for (void* p : owned_) be_.Free(p);
+}
+
+absl::StatusOr<Tensor> Runner::NewTensor(int64_t rows, int64_t cols, const char* what) {
+  ASSIGN_OR_RETURN(void* p, be_.Allocate(rows * cols * static_cast<int64_t>(sizeof(float)), what));
+  owned_.push_back(p);
+  return Tensor{static_cast<float*>(p), rows, cols};
+}
+
+absl::Status Runner::Init() {
+  const Config& c = model_.config();
+  const Weights& w = model_.weights();
+  auto bind = [&](const backend::Weight& host, backend::Weight* out) -> absl::Status {
+    if (!host.bound()) {
+      *out = host;  // a weight this family does not use
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(*out, be_.BindWeight(host));
+    return absl::OkStatus();
+  };
+  bound_.output_ids = w.output_ids;
+  RETURN_IF_ERROR(bind(w.tok_embd, &bound_.tok_embd));
+  RETURN_IF_ERROR(bind(w.output_norm, &bound_.output_norm));
+  RETURN_IF_ERROR(bind(w.output, &bound_.output));
+  bound_.layers.resize(w.layers.size());
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const LayerWeights& h = w.layers[il];
+    LayerWeights& b = bound_.layers[il];
+    for (auto [src, dst] : {std::pair{&h.attn_norm, &b.attn_norm}, {&h.wq, &b.wq}, {&h.wk, &b.wk},
+                            {&h.wv, &b.wv}, {&h.wo, &b.wo}, {&h.q_norm, &b.q_norm},
+                            {&h.k_norm, &b.k_norm}, {&h.post_attn_norm, &b.post_attn_norm},
+                            {&h.ffn_norm, &b.ffn_norm}, {&h.ffn_gate, &b.ffn_gate},
+                            {&h.ffn_up, &b.ffn_up}, {&h.ffn_down, &b.ffn_down},
+                            {&h.post_ffw_norm, &b.post_ffw_norm}}) {
+      RETURN_IF_ERROR(bind(*src, dst));
+    }
+  }
+
+  layout_.k_format = options_.k_format;
+  layout_.v_format = options_.v_format;
+  layout_.n_blocks = options_.n_blocks;
+  layout_.block_size = options_.block_size;
+  layout_.kv_dim = c.n_kv_head * c.head_dim;
+  kv_.resize(c.n_layer);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    ASSIGN_OR_RETURN(kv_[il].k, be_.Allocate(layout_.k_bytes(), "KV pool (K)"));
+    owned_.push_back(kv_[il].k);
+    ASSIGN_OR_RETURN(kv_[il].v, be_.Allocate(layout_.v_bytes(), "KV pool (V)"));
+    owned_.push_back(kv_[il].v);
+  }
+
+  const int64_t T = options_.max_step_tokens, d = c.n_embd;
+  const int64_t q_dim = c.n_head * c.head_dim;
+  ASSIGN_OR_RETURN(ws_.x, NewTensor(T, d, "workspace"));
+  ASSIGN_OR_RETURN(ws_.h, NewTensor(T, d, "workspace"));
+  ASSIGN_OR_RETURN(ws_.q, NewTensor(T, q_dim, "workspace"));
+  ASSIGN_OR_RETURN(ws_.k, NewTensor(T, layout_.kv_dim, "workspace"));
+  ASSIGN_OR_RETURN(ws_.v, NewTensor(T, layout_.kv_dim, "workspace"));
+  ASSIGN_OR_RETURN(ws_.attn, NewTensor(T, q_dim, "workspace"));
+  ASSIGN_OR_RETURN(ws_.o, NewTensor(T, d, "workspace"));
+  ASSIGN_OR_RETURN(ws_.gate, NewTensor(T, c.n_ff, "workspace"));
+  ASSIGN_OR_RETURN(ws_.up, NewTensor(T, c.n_ff, "workspace"));
+  ASSIGN_OR_RETURN(ws_.act, NewTensor(T, c.n_ff, "workspace"));
+  ASSIGN_OR_RETURN(ws_.sel, NewTensor(options_.max_logit_rows, d, "workspace"));
+  ASSIGN_OR_RETURN(ws_.logits, NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
+  return absl::OkStatus();
+}
+
+absl::Status Runner::CopyBlock(int32_t src, int32_t dst) {
+  const int64_t rows = layout_.block_size;
+  const int64_t kb = rows * quant::KvRowBytes(layout_.k_format, layout_.kv_dim);
+  const int64_t vb = rows * quant::KvRowBytes(layout_.v_format, layout_.kv_dim);
+  for (const backend::KvLayer& l : kv_) {
+    auto* k = static_cast<uint8_t*>(l.k);
+    auto* v = static_cast<uint8_t*>(l.v);
+    RETURN_IF_ERROR(be_.Copy(k + dst * kb, k + src * kb, kb));
+    RETURN_IF_ERROR(be_.Copy(v + dst * vb, v + src * vb, vb));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint8_t>> Runner::DownloadKv(int64_t layer,
+                                                        std::span<const int32_t> blocks,
+                                                        int64_t n_tokens, bool v) const {
+  const int64_t bs = layout_.block_size;
+  if (layer < 0 || layer >= static_cast<int64_t>(kv_.size()) ||
+      n_tokens > static_cast<int64_t>(blocks.size()) * bs) {
+    return absl::OutOfRangeError(absl::StrCat("DownloadKv: layer ", layer, ", ", n_tokens,
+                                              " tokens over ", blocks.size(), " blocks"));
+  }
+  const int64_t row = quant::KvRowBytes(v ? layout_.v_format : layout_.k_format, layout_.kv_dim);
+  const auto* base = static_cast<const uint8_t*>(v ? kv_[layer].v : kv_[layer].k);
+  std::vector<uint8_t> out(n_tokens * row);
+  for (int64_t p = 0; p < n_tokens; ++p) {
+    const int64_t slot = blocks[p / bs] * bs + p % bs;
+    RETURN_IF_ERROR(be_.Download(out.data() + p * row, base + slot * row, row));
+  }
+  return out;
+}
+
+absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
+                             const DumpFn* dump) {
+  const Config& c = model_.config();
+  const Weights& w = bound_;
+  const int64_t d = c.n_embd, hd = c.head_dim, bs = layout_.block_size;
+
+  // The step's metadata: stacked tokens, positions, slots, block tables, logits rows.
+  backend::StepMeta meta;
+  meta.query_start.push_back(0);
+  for (const StepEntry& e : batch) {
+    meta.max_blocks = std::max<int64_t>(meta.max_blocks, static_cast<int64_t>(e.blocks.size()));
+  }
+  for (size_t ei = 0; ei < batch.size(); ++ei) {
+    const StepEntry& e = batch[ei];
+    const int64_t n = static_cast<int64_t>(e.tokens.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("step entry ", ei, " has no tokens"));
+    if (e.n_logits < 0 || e.n_logits > n) {
+      return absl::InvalidArgumentError(absl::StrCat("step entry ", ei, " asks for ", e.n_logits,
+                                                     " logits rows of its ", n, " tokens"));
+    }
+    if (e.start < 0 || (e.start + n + bs - 1) / bs > static_cast<int64_t>(e.blocks.size())) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "step entry ", ei, ": positions [", e.start, ", ", e.start + n, ") need ",
+          (e.start + n + bs - 1) / bs, " KV blocks of ", bs, " tokens; its table has ",
+          e.blocks.size()));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t tok = e.tokens[i];
+      if (tok < 0 || tok >= c.n_vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("step entry ", ei, " token #", i, " is ",
+                                                       tok, ", outside [0, ", c.n_vocab, ")"));
+      }
+      const int64_t p = e.start + i;
+      if (i >= n - e.n_logits) {
+        meta.output_rows.push_back(static_cast<int32_t>(meta.tokens.size()));
+      }
+      meta.tokens.push_back(tok);
+      meta.positions.push_back(static_cast<int32_t>(p));
+      meta.slots.push_back(static_cast<int32_t>(e.blocks[p / bs] * bs + p % bs));
+    }
+    meta.query_start.push_back(static_cast<int32_t>(meta.tokens.size()));
+    meta.seq_len.push_back(static_cast<int32_t>(e.start + n));
+    for (int64_t b = 0; b < meta.max_blocks; ++b) {
+      meta.block_table.push_back(b < static_cast<int64_t>(e.blocks.size()) ? e.blocks[b] : 0);
+    }
+  }
+  const int64_t T = meta.n_tokens();
+  const int64_t R = static_cast<int64_t>(meta.output_rows.size());
+  if (T > options_.max_step_tokens) {
+    return absl::OutOfRangeError(absl::StrCat("the step has ", T, " tokens; the workspace holds ",
+                                              options_.max_step_tokens, " (max_step_tokens)"));
+  }
+  if (R > options_.max_logit_rows) {
+    return absl::OutOfRangeError(absl::StrCat("the step asks for ", R,
+                                              " logits rows; the workspace holds ",
+                                              options_.max_logit_rows, " (max_logit_rows)"));
+  }
+  RETURN_IF_ERROR(be_.BeginStep(meta));
+
+  std::vector<float> dump_buf;
+  auto emit = [&](const std::string& name, Tensor t) -> absl::Status {
+    if (dump == nullptr) return absl::OkStatus();
+    dump_buf.resize(t.size());
+    RETURN_IF_ERROR(be_.Download(dump_buf.data(), t.data, t.size() * sizeof(float)));
+    (*dump)(name, dump_buf.data(), t.rows, t.cols);
+    return absl::OkStatus();
+  };
+
+  const Tensor x = ws_.x.Rows(0, T), h = ws_.h.Rows(0, T), q = ws_.q.Rows(0, T);
+  const Tensor k = ws_.k.Rows(0, T), v = ws_.v.Rows(0, T), attn = ws_.attn.Rows(0, T);
+  const Tensor o = ws_.o.Rows(0, T), gate = ws_.gate.Rows(0, T), up = ws_.up.Rows(0, T);
+  const Tensor act = ws_.act.Rows(0, T);
+
+  RETURN_IF_ERROR(be_.Embed(w.tok_embd, x));
+  if (c.embed_scale != 1.0f) RETURN_IF_ERROR(be_.Scale(x, c.embed_scale, x));
+  RETURN_IF_ERROR(emit("inp_embd", x));
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+    const LayerConfig& lc = c.layers[il];
+    const std::string p = absl::StrCat("blk.", il, ".");
+
+    RETURN_IF_ERROR(be_.RmsNorm(x, &l.attn_norm, c.norm_eps, h));
+    RETURN_IF_ERROR(emit(p + "attn_norm", h));
+    RETURN_IF_ERROR(be_.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
+    RETURN_IF_ERROR(be_.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
+    RETURN_IF_ERROR(be_.MatMul(l.wv, h, v));
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(be_.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
+      RETURN_IF_ERROR(be_.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
+    }
+    RETURN_IF_ERROR(be_.Rope(q, c.n_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
+    RETURN_IF_ERROR(be_.Rope(k, c.n_kv_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
+    RETURN_IF_ERROR(emit(p + "q", q));
+    RETURN_IF_ERROR(emit(p + "k", k));
+    RETURN_IF_ERROR(emit(p + "v", v));
+
+    backend::AttentionParams ap;
+    ap.scale = c.attn_scale;
+    ap.window = lc.sliding ? lc.window : 0;
+    ap.softcap = c.attn_softcap;
+    RETURN_IF_ERROR(be_.KvWrite(layout_, k, v, kv_[il]));
+    RETURN_IF_ERROR(be_.PagedAttention(q, layout_, kv_[il], c.n_head, c.n_kv_head, hd, ap, attn));
+    RETURN_IF_ERROR(emit(p + "kqv", attn));
+    RETURN_IF_ERROR(be_.MatMul(l.wo, attn, o));
+    if (c.post_norms) RETURN_IF_ERROR(be_.RmsNorm(o, &l.post_attn_norm, c.norm_eps, o));
+    RETURN_IF_ERROR(emit(p + "attn_out", o));
+    RETURN_IF_ERROR(be_.Add(x, o, x));
+
+    RETURN_IF_ERROR(be_.RmsNorm(x, &l.ffn_norm, c.norm_eps, h));
+    RETURN_IF_ERROR(emit(p + "ffn_norm", h));
+    RETURN_IF_ERROR(be_.MatMul(l.ffn_gate, h, gate));
+    RETURN_IF_ERROR(be_.MatMul(l.ffn_up, h, up));
+    RETURN_IF_ERROR(be_.Glu(gate, up, c.act, act));
+    RETURN_IF_ERROR(be_.MatMul(l.ffn_down, act, o));
+    if (c.post_norms) RETURN_IF_ERROR(be_.RmsNorm(o, &l.post_ffw_norm, c.norm_eps, o));
+    RETURN_IF_ERROR(emit(p + "ffn_out", o));
+    RETURN_IF_ERROR(be_.Add(x, o, x));
+    RETURN_IF_ERROR(emit(p + "l_out", x));
+  }
+
+  logits->clear();
+  if (R > 0) {
+    const Tensor sel = ws_.sel.Rows(0, R), out = ws_.logits.Rows(0, R);
+    RETURN_IF_ERROR(be_.GatherRows(x, sel));
+    RETURN_IF_ERROR(be_.RmsNorm(sel, &w.output_norm, c.norm_eps, sel));
+    RETURN_IF_ERROR(emit("result_norm", sel));
+    RETURN_IF_ERROR(be_.MatMul(w.output, sel, out));
+    if (c.final_softcap > 0.0f) RETURN_IF_ERROR(be_.Softcap(out, c.final_softcap));
+    RETURN_IF_ERROR(emit("result_output", out));
+    const int64_t n_out = w.output.rows;
+    if (w.output_ids.empty()) {
+      logits->resize(R * n_out);
+      RETURN_IF_ERROR(be_.Download(logits->data(), out.data, R * n_out * sizeof(float)));
+    } else {
+      // A trimmed head scores only its kept tokens: row r of the head is token output_ids[r].
+      host_logits_.resize(R * n_out);
+      RETURN_IF_ERROR(be_.Download(host_logits_.data(), out.data, R * n_out * sizeof(float)));
+      logits->assign(R * c.n_vocab, -INFINITY);
+      for (int64_t i = 0; i < R; ++i) {
+        for (int64_t r = 0; r < n_out; ++r) {
+          (*logits)[i * c.n_vocab + w.output_ids[r]] = host_logits_[i * n_out + r];
+        }
+      }
+    }
+  }
+  return be_.Synchronize();
+}
+
+absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Backend& be,
+                                                std::span<const int32_t> tokens, bool all,
+                                                const DumpFn* dump, quant::KvFormat k,
+                                                quant::KvFormat v) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (T == 0) return absl::InvalidArgumentError("the prompt has no tokens");
+  RunnerOptions o;
+  o.max_step_tokens = T;
+  o.max_logit_rows = all ? T : 1;
+  o.block_size = 16;
+  o.n_blocks = (T + o.block_size - 1) / o.block_size;
+  o.k_format = k;
+  o.v_format = v;
+  ASSIGN_OR_RETURN(std::unique_ptr<Runner> r, Runner::Create(model, be, o));
+  std::vector<int32_t> blocks(o.n_blocks);
+  for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(b);
+  StepEntry e{tokens, 0, blocks, all ? T : 1};
+  std::vector<float> logits;
+  RETURN_IF_ERROR(r->Forward(std::span(&e, 1), &logits, dump));
+  return logits;
+}
+
+}  // namespace lockstep::models

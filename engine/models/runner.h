@@ -1,0 +1,102 @@
+// models::Runner: a Model bound to a Backend — the weights bound once, a workspace sized once for
+// the largest step, and the paged KV storage of every layer — and the one forward of a step
+// over a ragged batch (docs/runtime.md). Prefill chunks, decode rows and speculative verify rows
+// are the same call with different token counts, so they share kernels and reduction order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/models/kv_pool.h"
+#include "engine/models/model.h"
+
+namespace lockstep::models {
+
+struct RunnerOptions {
+  int64_t max_step_tokens = 256;  // rows of the workspace: tokens per step at most
+  int64_t max_logit_rows = 64;    // logits rows per step at most
+  quant::KvFormat k_format = quant::KvFormat::kF32;
+  quant::KvFormat v_format = quant::KvFormat::kF32;
+  int64_t block_size = 16;        // tokens per KV block
+  int64_t n_blocks = 0;           // KV blocks in the pool
+};
+
+// The bytes one KV block costs across every layer (K and V), for sizing a pool from a budget.
+int64_t KvBlockBytes(const Config& c, quant::KvFormat k, quant::KvFormat v, int64_t block_size);
+// Checks that the formats can hold the model's KV rows (q formats need kv_dim % 32 == 0).
+absl::Status CheckKvFormats(const Config& c, quant::KvFormat k, quant::KvFormat v);
+
+// One sequence's part of a step: `tokens` at positions [start, start + tokens.size()), whose KV
+// rows go to (and whose attention reads) the blocks of `blocks` (covering every position up
+// to start + tokens.size()). The logits of its last `n_logits` rows are returned (0: none; 1:
+// the next token's; tokens.size(): every row, as speculative verify and golden dumps need).
+struct StepEntry {
+  std::span<const int32_t> tokens;
+  int64_t start = 0;
+  std::span<const int32_t> blocks;
+  int64_t n_logits = 0;
+};
+
+// Called with each named intermediate ("blk.3.attn_out"): [rows, cols] f32 in host memory.
+using DumpFn = std::function<void(const std::string& name, const float* data, int64_t rows,
+                                  int64_t cols)>;
+
+class Runner {
+ public:
+  static absl::StatusOr<std::unique_ptr<Runner>> Create(const Model& model, backend::Backend& be,
+                                                        const RunnerOptions& options);
+  ~Runner();
+
+  const Model& model() const { return model_; }
+  backend::Backend& backend() const { return be_; }
+  const RunnerOptions& options() const { return options_; }
+  const backend::KvLayout& kv_layout() const { return layout_; }
+  int64_t n_vocab() const { return model_.config().n_vocab; }
+
+  // Runs the step. `logits` receives, per entry in order, the rows it asked for
+  // ([n_logits, n_vocab]), always over the full vocabulary (a trimmed head's rows
+  // are placed at their token ids, every other logit -inf).
+  absl::Status Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
+                       const DumpFn* dump = nullptr);
+
+  // Copies every layer's K and V rows of block src into block dst.
+  absl::Status CopyBlock(int32_t src, int32_t dst);
+  // The stored K (or V) rows of positions [0, n_tokens) of a sequence's blocks in `layer`, in
+  // the pool's format: [n_tokens, RowBytes] bytes (for tests and dumps).
+  absl::StatusOr<std::vector<uint8_t>> DownloadKv(int64_t layer, std::span<const int32_t> blocks,
+                                                  int64_t n_tokens, bool v) const;
+
+ private:
+  Runner(const Model& model, backend::Backend& be, const RunnerOptions& options)
+      : model_(model), be_(be), options_(options) {}
+  absl::Status Init();
+  absl::StatusOr<backend::Tensor> NewTensor(int64_t rows, int64_t cols, const char* what);
+
+  const Model& model_;
+  backend::Backend& be_;
+  RunnerOptions options_;
+  Weights bound_;                        // the model's weights as the backend reads them
+  backend::KvLayout layout_;
+  std::vector<backend::KvLayer> kv_;     // [n_layer]
+  std::vector<void*> owned_;             // every allocation, freed in the destructor
+  struct Workspace {
+    backend::Tensor x, h, q, k, v, attn, o, gate, up, act, sel, logits;
+  } ws_;
+  std::vector<float> host_logits_;
+};
+
+// The logits of one sequence run alone from position 0 in one step (the golden and logits
+// paths): [T, n_vocab] when `all`, else [1, n_vocab]. A scratch pool just large enough.
+absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Backend& be,
+                                                std::span<const int32_t> tokens, bool all,
+                                                const DumpFn* dump = nullptr,
+                                                quant::KvFormat k = quant::KvFormat::kF32,
+                                                quant::KvFormat v = quant::KvFormat::kF32);
+
+}  // namespace lockstep::models
