@@ -30,6 +30,7 @@ void RegisterCompare(CLI::App& app);
 void RegisterLogits(CLI::App& app);
 void RegisterText(CLI::App& app);  // tokenize, detokenize, template
 void RegisterRun(CLI::App& app);
+void RegisterChat(CLI::App& app);  // interactive multi-turn chat on a parked session
 void RegisterBench(CLI::App& app);
 void RegisterBenchSpec(CLI::App& app);
 void RegisterQuantize(CLI::App& app);
