@@ -1,5 +1,5 @@
-// The row-wise and element-wise ops of the cpu backend (MatMul/GetRows: cpu_matmul.cc,
-// Attention: cpu_attention.cc).
+// The row-wise and element-wise ops of the cpu backend (MatMul/Embed: cpu_matmul.cc,
+// KvWrite/PagedAttention: cpu_attention.cc).
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <numbers>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 
 namespace lockstep::backend {
@@ -22,13 +23,24 @@ int64_t RowGrain(int64_t row_elements) {
 }  // namespace
 
 // y[t, i] = x[t, i] * (1 / sqrtf(ss / d + eps)) * w[i], ss = DotFixed(x[t], x[t], d).
-// x, y: [T, d]; w: [d] or null.
-void CpuBackend::RmsNorm(const float* x, const float* w, int64_t T, int64_t d, float eps,
-                         float* y) {
-  pool_.ParallelFor(T, RowGrain(d), [&](int64_t begin, int64_t end) {
+// x, y: [n, d]; w: F32 [d] or null.
+absl::Status CpuBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tensor y) {
+  if (absl::Status s = CheckSameShape("cpu RmsNorm", "x", x, "y", y); !s.ok()) return s;
+  const int64_t d = x.cols;
+  const float* w = nullptr;
+  if (weight != nullptr) {
+    if (weight->type != quant::Type::F32 || weight->cols != d || weight->data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cpu RmsNorm: weight '%s' is %s [%d, %d]%s, want F32 with %d columns", weight->name,
+          quant::Traits(weight->type).name, weight->rows, weight->cols,
+          weight->data ? "" : " without data", d));
+    }
+    w = static_cast<const float*>(weight->data);
+  }
+  pool_.ParallelFor(x.rows, RowGrain(d), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const float* xt = x + t * d;
-      float* yt = y + t * d;
+      const float* xt = x.data + t * d;
+      float* yt = y.data + t * d;
       const float sum_sq = cpu::DotFixed(xt, xt, d);
       const float inv_rms = 1.0f / std::sqrt(sum_sq / static_cast<float>(d) + eps);
       if (w) {
@@ -38,14 +50,24 @@ void CpuBackend::RmsNorm(const float* x, const float* w, int64_t T, int64_t d, f
       }
     }
   });
+  return absl::OkStatus();
 }
 
 // Pair i of every head rotates by theta_i = pos * base^(-2i / n_rot). The angle, its cosine and
 // sine are computed in double once per token (n_rot / 2 values shared by all heads) and rounded
 // to float: a float angle would be off by ulp(pos * freq), ~1e-3 rad at pos 8192.
-// x: [T, n_heads, head_dim], rotated in place; pairs as in RopeMode.
-void CpuBackend::Rope(float* x, const int32_t* pos, int64_t T, int64_t n_heads, int64_t head_dim,
-                      int64_t n_rot, float freq_base, RopeMode mode) {
+// x: [T, n_heads * head_dim], rotated in place at the step's positions; pairs as in RopeMode.
+absl::Status CpuBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                              float freq_base, RopeMode mode) {
+  if (absl::Status s = RequireStep("Rope"); !s.ok()) return s;
+  if (n_heads <= 0 || head_dim <= 0 || n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cpu Rope: n_heads = %d, head_dim = %d, n_rot = %d (want n_rot even, <= head_dim)",
+        n_heads, head_dim, n_rot));
+  }
+  const int64_t T = step().n_tokens();
+  if (absl::Status s = CheckTensor("cpu Rope", "x", x, T, n_heads * head_dim); !s.ok()) return s;
+  const int32_t* pos = step().positions.data();
   const int64_t half = n_rot / 2;
   // Pair i is (xh[i * step_a], xh[i * step_a + offset_b]) inside a head.
   const int64_t step_a = mode == RopeMode::kNormal ? 2 : 1;
@@ -64,7 +86,7 @@ void CpuBackend::Rope(float* x, const int32_t* pos, int64_t T, int64_t n_heads, 
         sin_t[i] = static_cast<float>(std::sin(theta));
       }
       for (int64_t h = 0; h < n_heads; ++h) {
-        float* xh = x + (t * n_heads + h) * head_dim;
+        float* xh = x.data + (t * n_heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {
           float* pa = xh + i * step_a;
           float* pb = pa + offset_b;
@@ -75,46 +97,79 @@ void CpuBackend::Rope(float* x, const int32_t* pos, int64_t T, int64_t n_heads, 
       }
     }
   });
+  return absl::OkStatus();
 }
 
-// out[i] = act(gate[i]) * up[i].   [n]
-void CpuBackend::Glu(const float* gate, const float* up, int64_t n, Activation act, float* out) {
+// out[i, :] = x[output_rows[i], :].   x: [T, d], out: [R, d]
+absl::Status CpuBackend::GatherRows(Tensor x, Tensor out) {
+  if (absl::Status s = RequireStep("GatherRows"); !s.ok()) return s;
+  const std::vector<int32_t>& rows = step().output_rows;
+  const int64_t R = static_cast<int64_t>(rows.size());
+  if (absl::Status s = CheckTensor("cpu GatherRows", "x", x, step().n_tokens(), x.cols); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTensor("cpu GatherRows", "out", out, R, x.cols); !s.ok()) return s;
+  for (int64_t i = 0; i < R; ++i) {
+    std::copy(x.data + rows[i] * x.cols, x.data + (rows[i] + 1) * x.cols, out.data + i * x.cols);
+  }
+  return absl::OkStatus();
+}
+
+// out[i] = act(gate[i]) * up[i].   [n, d]
+absl::Status CpuBackend::Glu(Tensor gate, Tensor up, Activation act, Tensor out) {
+  if (absl::Status s = CheckSameShape("cpu Glu", "gate", gate, "up", up); !s.ok()) return s;
+  if (absl::Status s = CheckSameShape("cpu Glu", "gate", gate, "out", out); !s.ok()) return s;
   constexpr float kSqrt2OverPi = static_cast<float>(0.7978845608028654);  // sqrt(2 / pi)
-  pool_.ParallelFor(n, kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
+  const float* g_ = gate.data;
+  const float* u_ = up.data;
+  float* o_ = out.data;
+  pool_.ParallelFor(gate.size(), kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
     if (act == Activation::kSilu) {
       for (int64_t i = begin; i < end; ++i) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+        const float g = g_[i];
+        o_[i] = g / (1.0f + std::exp(-g)) * u_[i];
       }
     } else {
       for (int64_t i = begin; i < end; ++i) {
-        const float g = gate[i];
+        const float g = g_[i];
         const float inner = kSqrt2OverPi * (g + 0.044715f * g * g * g);
-        out[i] = 0.5f * g * (1.0f + std::tanh(inner)) * up[i];
+        o_[i] = 0.5f * g * (1.0f + std::tanh(inner)) * u_[i];
       }
     }
   });
+  return absl::OkStatus();
 }
 
-// out[i] = a[i] + b[i].   [n]
-void CpuBackend::Add(const float* a, const float* b, int64_t n, float* out) {
-  pool_.ParallelFor(n, kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+// out[i] = a[i] + b[i].   [n, d]
+absl::Status CpuBackend::Add(Tensor a, Tensor b, Tensor out) {
+  if (absl::Status s = CheckSameShape("cpu Add", "a", a, "b", b); !s.ok()) return s;
+  if (absl::Status s = CheckSameShape("cpu Add", "a", a, "out", out); !s.ok()) return s;
+  pool_.ParallelFor(a.size(), kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out.data[i] = a.data[i] + b.data[i];
   });
+  return absl::OkStatus();
 }
 
-// out[i] = x[i] * s.   [n]
-void CpuBackend::Scale(const float* x, float s, int64_t n, float* out) {
-  pool_.ParallelFor(n, kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = x[i] * s;
+// out[i] = x[i] * s.   [n, d]
+absl::Status CpuBackend::Scale(Tensor x, float s, Tensor out) {
+  if (absl::Status st = CheckSameShape("cpu Scale", "x", x, "out", out); !st.ok()) return st;
+  pool_.ParallelFor(x.size(), kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out.data[i] = x.data[i] * s;
   });
+  return absl::OkStatus();
 }
 
-// x[i] = cap * tanhf(x[i] / cap).   [n]
-void CpuBackend::Softcap(float* x, int64_t n, float cap) {
-  pool_.ParallelFor(n, kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) x[i] = cap * std::tanh(x[i] / cap);
+// x[i] = cap * tanhf(x[i] / cap).   [n, d]
+absl::Status CpuBackend::Softcap(Tensor x, float cap) {
+  if (absl::Status s = CheckTensor("cpu Softcap", "x", x, -1, x.cols); !s.ok()) return s;
+  if (cap == 0.0f || !std::isfinite(cap)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cpu Softcap: cap = %g, want finite and nonzero", cap));
+  }
+  pool_.ParallelFor(x.size(), kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x.data[i] = cap * std::tanh(x.data[i] / cap);
   });
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::backend

@@ -1,10 +1,8 @@
 #include "engine/backend/cpu/cpu_kernels.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 
+#include "absl/strings/str_format.h"
 #include "engine/quant/quant.h"
 
 namespace lockstep::backend::cpu {
@@ -82,15 +80,25 @@ void DotFixedX2(const float* a, const float* b0, const float* b1, int64_t n, flo
   *y1 = CombineLanes(lane1);
 }
 
-void DequantizeRowOrDie(const Weight& w, int64_t r, float* dst) {
+absl::Status DequantizeRow(const Weight& w, int64_t r, float* dst) {
   const auto* row = static_cast<const uint8_t*>(w.data) + r * w.row_bytes();
   const absl::Status s = quant::Dequantize(w.type, row, w.cols, dst);
   if (!s.ok()) {
-    std::fprintf(stderr, "cpu backend: cannot dequantize weight '%.*s' row %lld: %s\n",
-                 static_cast<int>(w.name.size()), w.name.data(), static_cast<long long>(r),
-                 std::string(s.message()).c_str());
-    std::abort();
+    return absl::Status(s.code(), absl::StrFormat("cpu backend: cannot dequantize weight '%s' "
+                                                  "row %d: %s", w.name, r, s.message()));
   }
+  return absl::OkStatus();
+}
+
+void AxpyInto(float* acc, float p, const float* v, int64_t n) {
+  const F4 pv = {p, p, p, p};
+  int64_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    F4 a = Load4(acc + d);
+    a += pv * Load4(v + d);
+    std::memcpy(acc + d, &a, 16);
+  }
+  for (; d < n; ++d) acc[d] += p * v[d];
 }
 
 }  // namespace lockstep::backend::cpu
