@@ -132,11 +132,11 @@ int CheckWeight(const TestWeight& tw, std::mt19937_64& rng,
   int calls = 0;
   for (int64_t T = 1; T <= kMaxT; ++T) {
     std::vector<float> want(T * w.rows, std::numeric_limits<float>::quiet_NaN());
-    backend::cpu::MatMulReference(w, x.data(), T, want.data());
+    EXPECT_TRUE(backend::cpu::MatMulReference(w, x.data(), T, want.data()).ok());
     for (DotIsa isa : AvailableIsas()) {
       for (auto& pool : pools) {
         std::vector<float> got(T * w.rows, std::numeric_limits<float>::quiet_NaN());
-        backend::cpu::MatMulWithIsa(isa, w, x.data(), T, got.data(), *pool);
+        EXPECT_TRUE(backend::cpu::MatMulWithIsa(isa, w, x.data(), T, got.data(), *pool).ok());
         const std::string what =
             absl::StrFormat("%s %s [%d x %d] T=%d isa=%s threads=%d", tag,
                             quant::Traits(w.type).name, w.rows, w.cols, T,
@@ -186,6 +186,31 @@ TEST(CpuMatMulFast, EqualsReferenceBitForBitOnRawBlockBytes) {
     }
   }
   std::printf("[ covered  ] %d MatMul calls on raw block bytes\n", calls);
+}
+
+// A type without a lockstep codec is an error naming the weight and the type, from both the
+// fast path and its twin, before any output is written (no abort: backend.h).
+TEST(CpuMatMulFast, TypeWithoutCodecIsAnErrorNotAnAbort) {
+  int checked = 0;
+  for (uint32_t id = 0; id < 64; ++id) {
+    quant::TypeTraits tr;
+    if (!quant::LookupType(id, &tr) || tr.lockstep_codec || tr.block_size == 0) continue;
+    Weight w{static_cast<quant::Type>(id), 2, tr.block_size, nullptr, "nocodec.weight"};
+    std::vector<uint8_t> bytes(2 * w.row_bytes() + 1);
+    w.data = bytes.data();
+    const std::vector<float> x(tr.block_size, 1.0f);
+    std::vector<float> y(2, std::numeric_limits<float>::quiet_NaN());
+    core::ThreadPool pool(2);
+    for (const absl::Status& s :
+         {backend::cpu::MatMulReference(w, x.data(), 1, y.data()),
+          backend::cpu::MatMulWithIsa(backend::cpu::BestDotIsa(), w, x.data(), 1, y.data(), pool)}) {
+      EXPECT_FALSE(s.ok()) << tr.name;
+      EXPECT_NE(s.message().find("nocodec.weight"), std::string_view::npos) << s;
+      EXPECT_NE(s.message().find(tr.name), std::string_view::npos) << s;
+    }
+    ++checked;
+  }
+  std::printf("[ covered  ] %d types without a codec\n", checked);
 }
 
 }  // namespace
