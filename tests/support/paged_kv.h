@@ -21,6 +21,23 @@ namespace lockstep::testing {
 inline backend::Tensor HostTensor(std::vector<float>& v, int64_t rows, int64_t cols) {
   return backend::Tensor{v.data(), rows, cols};
 }
+// An input view: the ops never write through their input tensors.
+inline backend::Tensor HostTensor(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return backend::Tensor{const_cast<float*>(v.data()), rows, cols};
+}
+
+// A step of T rows of one sequence at positions `positions` (tokens for Embed), no KV.
+inline backend::StepMeta RowsStep(std::vector<int32_t> tokens, std::vector<int32_t> positions) {
+  backend::StepMeta m;
+  const auto T = static_cast<int32_t>(tokens.size());
+  m.tokens = std::move(tokens);
+  m.positions = positions.empty() ? std::vector<int32_t>(T, 0) : std::move(positions);
+  m.slots.assign(T, 0);
+  m.query_start = {0, T};
+  m.seq_len = {T};
+  m.max_blocks = 0;
+  return m;
+}
 
 struct PagedSeq {
   int64_t history = 0;  // keys cached before the step

@@ -1,6 +1,6 @@
 // Every op of the cpu backend against the ref backend (the op oracle) on seeded random inputs,
 // over many shapes and every weight type with a codec, held to the bounds of
-// engine/core/tolerances.h. Outputs are poisoned with NaN before each op; a non-finite value in
+// engine/core/tolerances.h (PagedAttention: tests/unit/paged_attention_test.cc). Outputs are poisoned with NaN before each op; a non-finite value in
 // either output fails (the inputs are finite and far from overflow, so neither may make one).
 //
 // Seed: LOCKSTEP_SEED=<n> replays a run; without it a fresh seed is drawn and printed.
@@ -22,12 +22,14 @@
 #include "engine/quant/quant.h"
 #include "engine/quant/types.h"
 #include "gtest/gtest.h"
+#include "tests/support/paged_kv.h"
 #include "tests/support/test_seed.h"
-#include "oracle/make_backend.h"
 
 namespace lockstep {
 namespace {
 
+using testing::HostTensor;
+using testing::RowsStep;
 using testing::RunSeed;
 using testing::TestRng;
 
@@ -132,8 +134,8 @@ TestWeight MakeWeight(std::mt19937_64& rng, quant::Type type, int64_t rows, int6
 class BackendOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ref_ = *oracle::MakeBackend("ref");
-    cpu_ = *oracle::MakeBackend("cpu", 3);  // more workers than rows in some shapes, on purpose
+    ref_ = *backend::MakeBackend("ref");
+    cpu_ = *backend::MakeBackend("cpu", {3});  // more workers than rows in some shapes, on purpose
     rng_ = TestRng();
   }
   std::unique_ptr<Backend> ref_, cpu_;
@@ -157,8 +159,8 @@ TEST_F(BackendOpsTest, MatMulEveryTypeManyShapes) {
         TestWeight tw = MakeWeight(rng_, type, rows, cols);
         std::vector<float> x = Uniform(rng_, T * cols, -2.0f, 2.0f);
         std::vector<float> y_ref(T * rows, kNaN), y_cpu(T * rows, kNaN);
-        ref_->MatMul(tw.w, x.data(), T, y_ref.data());
-        cpu_->MatMul(tw.w, x.data(), T, y_cpu.data());
+        ASSERT_TRUE(ref_->MatMul(tw.w, HostTensor(x, T, cols), HostTensor(y_ref, T, rows)).ok());
+        ASSERT_TRUE(cpu_->MatMul(tw.w, HostTensor(x, T, cols), HostTensor(y_cpu, T, rows)).ok());
         std::vector<double> bound(T * rows);
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t r = 0; r < rows; ++r) {
@@ -178,7 +180,7 @@ TEST_F(BackendOpsTest, MatMulEveryTypeManyShapes) {
   }
 }
 
-TEST_F(BackendOpsTest, GetRowsEveryTypeIsExact) {
+TEST_F(BackendOpsTest, EmbedEveryTypeIsExact) {
   for (quant::Type type : quant::CodecTypes()) {
     const quant::TypeTraits tr = quant::Traits(type);
     for (int64_t blocks : {1, 3}) {
@@ -189,12 +191,15 @@ TEST_F(BackendOpsTest, GetRowsEveryTypeIsExact) {
         std::vector<int32_t> ids(T);
         for (int32_t& id : ids) id = static_cast<int32_t>(rng_() % rows);  // repeats allowed
         std::vector<float> o_ref(T * cols, kNaN), o_cpu(T * cols, kNaN);
-        ref_->GetRows(tw.w, ids.data(), T, o_ref.data());
-        cpu_->GetRows(tw.w, ids.data(), T, o_cpu.data());
-        Compare(absl::StrFormat("GetRows %s cols=%d T=%d", tr.name, cols, T), o_ref, o_cpu,
+        for (Backend* be : {ref_.get(), cpu_.get()}) {
+          ASSERT_TRUE(be->BeginStep(RowsStep(ids, {})).ok());
+          std::vector<float>& o = be == ref_.get() ? o_ref : o_cpu;
+          ASSERT_TRUE(be->Embed(tw.w, HostTensor(o, T, cols)).ok());
+        }
+        Compare(absl::StrFormat("Embed %s cols=%d T=%d", tr.name, cols, T), o_ref, o_cpu,
                 std::vector<double>(T * cols, tol::kGetRowsAtol));
-        ++Cov().cases["GetRows"];
-        ++Cov().types["GetRows"][tr.name];
+        ++Cov().cases["Embed"];
+        ++Cov().types["Embed"][tr.name];
       }
     }
   }
@@ -207,10 +212,11 @@ TEST_F(BackendOpsTest, RmsNorm) {
         for (float eps : {1e-5f, 1e-6f}) {
           std::vector<float> x = Uniform(rng_, T * d, -3.0f, 3.0f);
           std::vector<float> w = Uniform(rng_, d, 0.5f, 1.5f);
-          const float* wp = with_weight ? w.data() : nullptr;
+          const Weight norm{quant::Type::F32, 1, d, w.data(), "test.norm"};
+          const Weight* wp = with_weight ? &norm : nullptr;
           std::vector<float> y_ref(T * d, kNaN), y_cpu(T * d, kNaN);
-          ref_->RmsNorm(x.data(), wp, T, d, eps, y_ref.data());
-          cpu_->RmsNorm(x.data(), wp, T, d, eps, y_cpu.data());
+          ASSERT_TRUE(ref_->RmsNorm(HostTensor(x, T, d), wp, eps, HostTensor(y_ref, T, d)).ok());
+          ASSERT_TRUE(cpu_->RmsNorm(HostTensor(x, T, d), wp, eps, HostTensor(y_cpu, T, d)).ok());
           std::vector<double> bound(T * d);
           for (size_t i = 0; i < bound.size(); ++i) {
             bound[i] = tol::RmsNormRtol(d) * std::fabs(y_ref[i]) + tol::kAtol;
@@ -236,8 +242,13 @@ TEST_F(BackendOpsTest, RopeNormalAndNeox) {
           for (int32_t& p : pos) p = static_cast<int32_t>(rng_() % 40000);
           const std::vector<float> x = Uniform(rng_, T * s.n_heads * s.head_dim, -2.0f, 2.0f);
           std::vector<float> y_ref = x, y_cpu = x;  // in place: the inputs are the outputs
-          ref_->Rope(y_ref.data(), pos.data(), T, s.n_heads, s.head_dim, s.n_rot, base, mode);
-          cpu_->Rope(y_cpu.data(), pos.data(), T, s.n_heads, s.head_dim, s.n_rot, base, mode);
+          const int64_t cols = s.n_heads * s.head_dim;
+          for (Backend* be : {ref_.get(), cpu_.get()}) {
+            ASSERT_TRUE(be->BeginStep(RowsStep(std::vector<int32_t>(T, 0), pos)).ok());
+            std::vector<float>& y = be == ref_.get() ? y_ref : y_cpu;
+            ASSERT_TRUE(be->Rope(HostTensor(y, T, cols), s.n_heads, s.head_dim, s.n_rot, base,
+                                 mode).ok());
+          }
           std::vector<double> bound(x.size(), 0.0);  // dims past n_rot: untouched, exact
           const int64_t half = s.n_rot / 2;
           for (int64_t th = 0; th < T * s.n_heads; ++th) {
@@ -260,72 +271,6 @@ TEST_F(BackendOpsTest, RopeNormalAndNeox) {
   }
 }
 
-TEST_F(BackendOpsTest, AttentionCausalGqaWindowSoftcap) {
-  struct Shape { int64_t n_head, n_kv_head, head_dim; };
-  const std::vector<Shape> shapes = {{1, 1, 4}, {4, 1, 64}, {4, 2, 20}, {8, 8, 16}, {6, 2, 128},
-                                     {2, 1, 256}, {9, 3, 64}};
-  // (T, n_kv): decode, a chunk at the end of the cache, a whole prefill.
-  const std::vector<std::pair<int64_t, int64_t>> t_kv = {{1, 1}, {1, 37}, {5, 40}, {16, 16}};
-  for (const Shape& s : shapes) {
-    for (const auto& [T, n_kv] : t_kv) {
-      for (int64_t window : {0, 1, 4, 16}) {
-        for (float softcap : {0.0f, 50.0f, 3.0f}) {
-          AttentionParams p;
-          p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-          p.window = window;
-          p.softcap = softcap;
-          std::vector<int32_t> pos(T);
-          for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(n_kv - T + t);
-          const int64_t q_n = T * s.n_head * s.head_dim, kv_n = n_kv * s.n_kv_head * s.head_dim;
-          const std::vector<float> q = Uniform(rng_, q_n, -2.0f, 2.0f);
-          const std::vector<float> k = Uniform(rng_, kv_n, -2.0f, 2.0f);
-          const std::vector<float> v = Uniform(rng_, kv_n, -3.0f, 3.0f);
-          std::vector<float> o_ref(q_n, kNaN), o_cpu(q_n, kNaN);
-          ref_->Attention(q.data(), pos.data(), T, k.data(), v.data(), n_kv, s.n_head,
-                          s.n_kv_head, s.head_dim, p, o_ref.data());
-          cpu_->Attention(q.data(), pos.data(), T, k.data(), v.data(), n_kv, s.n_head,
-                          s.n_kv_head, s.head_dim, p, o_cpu.data());
-          std::vector<double> bound(q_n);
-          const int64_t group = s.n_head / s.n_kv_head;
-          for (int64_t t = 0; t < T; ++t) {
-            for (int64_t h = 0; h < s.n_head; ++h) {
-              const int64_t g = h / group;
-              const float* qth = q.data() + (t * s.n_head + h) * s.head_dim;
-              int64_t n_keys = 0;
-              double score_abs_max = 0.0;
-              std::vector<double> v_abs_max(s.head_dim, 0.0);
-              for (int64_t j = 0; j < n_kv; ++j) {
-                if (j > pos[t] || (window > 0 && pos[t] - j >= window)) continue;
-                ++n_keys;
-                const float* kj = k.data() + (j * s.n_kv_head + g) * s.head_dim;
-                const float* vj = v.data() + (j * s.n_kv_head + g) * s.head_dim;
-                double abs_dot = 0.0;
-                for (int64_t d = 0; d < s.head_dim; ++d) {
-                  abs_dot += std::fabs(double{qth[d]} * kj[d]);
-                }
-                score_abs_max = std::max(score_abs_max, std::fabs(p.scale) * abs_dot);
-                for (int64_t d = 0; d < s.head_dim; ++d) {
-                  v_abs_max[d] = std::max(v_abs_max[d], double{std::fabs(vj[d])});
-                }
-              }
-              for (int64_t d = 0; d < s.head_dim; ++d) {
-                bound[(t * s.n_head + h) * s.head_dim + d] =
-                    tol::AttentionBound(s.head_dim, n_keys, score_abs_max, v_abs_max[d]) +
-                    tol::kAtol;
-              }
-            }
-          }
-          Compare(absl::StrFormat("Attention heads=%d/%d head_dim=%d T=%d n_kv=%d window=%d "
-                                  "softcap=%g",
-                                  s.n_head, s.n_kv_head, s.head_dim, T, n_kv, window, softcap),
-                  o_ref, o_cpu, bound);
-          ++Cov().cases["Attention"];
-        }
-      }
-    }
-  }
-}
-
 TEST_F(BackendOpsTest, GluSiluAndGeluTanh) {
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
     for (int64_t n : {1, 7, 1000, 70000}) {
@@ -333,8 +278,10 @@ TEST_F(BackendOpsTest, GluSiluAndGeluTanh) {
       for (int64_t i = 0; i < n; i += 97) gate[i] *= 10.0f;  // tails: sigmoid / tanh saturated
       const std::vector<float> up = Uniform(rng_, n, -4.0f, 4.0f);
       std::vector<float> o_ref(n, kNaN), o_cpu(n, kNaN);
-      ref_->Glu(gate.data(), up.data(), n, act, o_ref.data());
-      cpu_->Glu(gate.data(), up.data(), n, act, o_cpu.data());
+      ASSERT_TRUE(ref_->Glu(HostTensor(gate, 1, n), HostTensor(up, 1, n), act,
+                            HostTensor(o_ref, 1, n)).ok());
+      ASSERT_TRUE(cpu_->Glu(HostTensor(gate, 1, n), HostTensor(up, 1, n), act,
+                            HostTensor(o_cpu, 1, n)).ok());
       std::vector<double> bound(n);
       for (int64_t i = 0; i < n; ++i) {
         bound[i] = tol::kGluRtol * std::fabs(double{gate[i]} * up[i]) + tol::kAtol;
@@ -353,29 +300,30 @@ TEST_F(BackendOpsTest, AddScaleSoftcapIncludingInPlace) {
     const std::vector<double> exact(n, tol::kElementwiseAtol);
     {
       std::vector<float> o_ref(n, kNaN), o_cpu(n, kNaN);
-      ref_->Add(a.data(), b.data(), n, o_ref.data());
-      cpu_->Add(a.data(), b.data(), n, o_cpu.data());
+      ASSERT_TRUE(ref_->Add(HostTensor(a, 1, n), HostTensor(b, 1, n), HostTensor(o_ref, 1, n)).ok());
+      ASSERT_TRUE(cpu_->Add(HostTensor(a, 1, n), HostTensor(b, 1, n), HostTensor(o_cpu, 1, n)).ok());
       Compare(absl::StrFormat("Add n=%d", n), o_ref, o_cpu, exact);
       std::vector<float> in_place = a;  // out aliases a
-      cpu_->Add(in_place.data(), b.data(), n, in_place.data());
+      ASSERT_TRUE(cpu_->Add(HostTensor(in_place, 1, n), HostTensor(b, 1, n),
+                            HostTensor(in_place, 1, n)).ok());
       Compare(absl::StrFormat("Add in place n=%d", n), o_ref, in_place, exact);
       Cov().cases["Add"] += 2;
     }
     for (float s : {0.125f, 24.0f, 0.3f}) {  // powers of two and a rounding one
       std::vector<float> o_ref(n, kNaN), o_cpu(n, kNaN);
-      ref_->Scale(a.data(), s, n, o_ref.data());
-      cpu_->Scale(a.data(), s, n, o_cpu.data());
+      ASSERT_TRUE(ref_->Scale(HostTensor(a, 1, n), s, HostTensor(o_ref, 1, n)).ok());
+      ASSERT_TRUE(cpu_->Scale(HostTensor(a, 1, n), s, HostTensor(o_cpu, 1, n)).ok());
       Compare(absl::StrFormat("Scale n=%d s=%g", n, s), o_ref, o_cpu, exact);
       std::vector<float> in_place = a;
-      cpu_->Scale(in_place.data(), s, n, in_place.data());
+      ASSERT_TRUE(cpu_->Scale(HostTensor(in_place, 1, n), s, HostTensor(in_place, 1, n)).ok());
       Compare(absl::StrFormat("Scale in place n=%d s=%g", n, s), o_ref, in_place, exact);
       Cov().cases["Scale"] += 2;
     }
     for (float cap : {30.0f, 50.0f}) {
       std::vector<float> x = Uniform(rng_, n, -4.0f * cap, 4.0f * cap);
       std::vector<float> o_ref = x, o_cpu = x;  // in place by contract
-      ref_->Softcap(o_ref.data(), n, cap);
-      cpu_->Softcap(o_cpu.data(), n, cap);
+      ASSERT_TRUE(ref_->Softcap(HostTensor(o_ref, 1, n), cap).ok());
+      ASSERT_TRUE(cpu_->Softcap(HostTensor(o_cpu, 1, n), cap).ok());
       std::vector<double> bound(n);
       for (int64_t i = 0; i < n; ++i) {
         bound[i] = tol::kSoftcapRtol * std::fabs(o_ref[i]) + tol::kAtol;
@@ -386,16 +334,93 @@ TEST_F(BackendOpsTest, AddScaleSoftcapIncludingInPlace) {
   }
 }
 
-TEST(MakeBackendTest, KnownNamesAndError) {
+TEST_F(BackendOpsTest, GatherRowsIsExact) {
+  const int64_t T = 7, d = 33;
+  const std::vector<float> x = Uniform(rng_, T * d, -5.0f, 5.0f);
+  for (const std::vector<int32_t>& rows : {std::vector<int32_t>{6}, {0, 3, 3, 6}, {}}) {
+    const int64_t R = static_cast<int64_t>(rows.size());
+    std::vector<float> o_ref(R * d, kNaN), o_cpu(R * d, kNaN);
+    for (Backend* be : {ref_.get(), cpu_.get()}) {
+      backend::StepMeta m = RowsStep(std::vector<int32_t>(T, 0), {});
+      m.output_rows = rows;
+      ASSERT_TRUE(be->BeginStep(m).ok());
+      std::vector<float>& o = be == ref_.get() ? o_ref : o_cpu;
+      ASSERT_TRUE(be->GatherRows(HostTensor(x, T, d), HostTensor(o, R, d)).ok());
+    }
+    for (int64_t i = 0; i < R; ++i) {
+      for (int64_t c = 0; c < d; ++c) ASSERT_EQ(o_ref[i * d + c], x[rows[i] * d + c]);
+    }
+    Compare(absl::StrFormat("GatherRows R=%d", R), o_ref, o_cpu,
+            std::vector<double>(R * d, 0.0));
+    ++Cov().cases["GatherRows"];
+  }
+}
+
+// Bad calls are errors (never aborts) that name what is wrong, on both backends.
+TEST_F(BackendOpsTest, BadCallsAreErrorsThatNameTheCulprit) {
+  quant::Type no_codec = quant::Type::F32;
+  for (uint32_t id = 0; id < 64; ++id) {
+    quant::TypeTraits tr;
+    if (quant::LookupType(id, &tr) && !tr.lockstep_codec && tr.block_size > 0) {
+      no_codec = static_cast<quant::Type>(id);
+      break;
+    }
+  }
+  ASSERT_NE(no_codec, quant::Type::F32) << "every type has a codec: pick another error case";
+  const int64_t bs = quant::Traits(no_codec).block_size;
+  std::vector<uint8_t> bytes(4096);
+  const Weight bad_w{no_codec, 2, bs, bytes.data(), "nocodec.weight"};
+  std::vector<float> x(4 * 64, 1.0f), y(4 * 64, kNaN);
+  auto expect_error = [](const absl::Status& s, const std::string& needle, const char* be) {
+    EXPECT_FALSE(s.ok()) << be << ": expected an error naming " << needle;
+    EXPECT_NE(s.message().find(needle), std::string_view::npos)
+        << be << ": '" << s.message() << "' does not name " << needle;
+  };
+  for (Backend* be : {ref_.get(), cpu_.get()}) {
+    const char* n = be == ref_.get() ? "ref" : "cpu";
+    expect_error(be->MatMul(bad_w, HostTensor(x, 1, bs), HostTensor(y, 1, 2)), "nocodec.weight", n);
+    expect_error(be->MatMul(bad_w, HostTensor(x, 1, bs), HostTensor(y, 1, 2)),
+                 quant::Traits(no_codec).name, n);
+    ASSERT_TRUE(be->BeginStep(RowsStep({0}, {})).ok());
+    expect_error(be->Embed(bad_w, HostTensor(y, 1, bs)), "nocodec.weight", n);
+    const Weight f32_w{quant::Type::F32, 3, 16, bytes.data(), "f32.weight"};
+    expect_error(be->MatMul(f32_w, HostTensor(x, 2, 15), HostTensor(y, 2, 3)), "x is [2, 15]", n);
+    expect_error(be->MatMul(f32_w, HostTensor(x, 2, 16), HostTensor(y, 1, 3)), "y is [1, 3]", n);
+    ASSERT_TRUE(be->BeginStep(RowsStep({5}, {})).ok());
+    expect_error(be->Embed(f32_w, HostTensor(y, 1, 16)), "tokens[0] = 5", n);
+    const Weight q_norm{quant::Type::Q8_0, 1, 32, bytes.data(), "q8.norm"};
+    expect_error(be->RmsNorm(HostTensor(x, 2, 32), &q_norm, 1e-6f, HostTensor(y, 2, 32)),
+                 "q8.norm", n);
+    const Weight short_norm{quant::Type::F32, 1, 16, bytes.data(), "short.norm"};
+    expect_error(be->RmsNorm(HostTensor(x, 2, 32), &short_norm, 1e-6f, HostTensor(y, 2, 32)),
+                 "short.norm", n);
+    expect_error(be->Add(HostTensor(x, 2, 8), HostTensor(x, 2, 9), HostTensor(y, 2, 8)),
+                 "b is [2, 9]", n);
+    ASSERT_TRUE(be->BeginStep(RowsStep({0, 0}, {})).ok());
+    expect_error(be->Rope(HostTensor(x, 3, 8), 1, 8, 8, 10000.0f, RopeMode::kNeox), "x is [3, 8]",
+                 n);
+  }
+  // Ops that read step metadata refuse to run before any step.
+  auto fresh = *backend::MakeBackend("cpu", {1});
+  expect_error(fresh->Rope(HostTensor(x, 1, 8), 1, 8, 8, 10000.0f, RopeMode::kNeox), "BeginStep",
+               "cpu");
+}
+
+TEST(MakeBackendTest, KnownNamesAndErrors) {
+  const std::vector<std::string> names = backend::BackendNames();
+  EXPECT_EQ(names, (std::vector<std::string>{"cpu", "ref"}));  // ref registered from oracle/
   for (const char* name : {"ref", "cpu"}) {
-    auto b = oracle::MakeBackend(name, 2);
+    auto b = backend::MakeBackend(name, {2});
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ((*b)->name(), name);
   }
-  auto bad = oracle::MakeBackend("cuda-typo");
+  auto bad = backend::MakeBackend("cuda-typo");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("ref, cpu"), std::string_view::npos) << bad.status();
-  EXPECT_FALSE(oracle::MakeBackend("cpu", -1).ok());
+  EXPECT_NE(bad.status().message().find("cpu, ref"), std::string_view::npos) << bad.status();
+  auto neg = backend::MakeBackend("cpu", {-1});
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(neg.status().message().find("threads"), std::string_view::npos) << neg.status();
+  EXPECT_FALSE(backend::RegisterBackend("cpu", nullptr));  // a name registers once
 }
 
 }  // namespace
