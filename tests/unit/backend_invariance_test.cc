@@ -1,7 +1,9 @@
 // The cpu backend's invariance contract (DESIGN.md §1, rows "batch", "chunk", "threads"), bitwise:
-// MatMul, Attention and RmsNorm give the same bits for a row whatever the thread count
+// MatMul, PagedAttention and RmsNorm give the same bits for a row whatever the thread count
 // (1, 2, 3, 7), whatever T, at whatever position of the batch and beside whatever neighbours;
-// an attention query gives the same bits alone as inside any chunk (same pos, same n_kv).
+// an attention query gives the same bits alone as inside any chunk of a prefill (same position,
+// its keys written by the chunks before it). Random ragged batches over fragmented pools and
+// every KV format: properties/paged_attention_properties.cc.
 //
 // Seed: LOCKSTEP_SEED=<n> replays a run; without it a fresh seed is drawn and printed.
 #include <algorithm>
@@ -21,11 +23,13 @@
 #include "engine/quant/quant.h"
 #include "engine/quant/types.h"
 #include "gtest/gtest.h"
+#include "tests/support/paged_kv.h"
 #include "tests/support/test_seed.h"
 
 namespace lockstep {
 namespace {
 
+using testing::HostTensor;
 using testing::TestRng;
 
 using backend::AttentionParams;
@@ -93,18 +97,20 @@ TEST(CpuInvariance, MatMulThreadsBatchSizeAndPosition) {
       const std::string what = absl::StrFormat("MatMul %s rows=%d cols=%d", tr.name, rows, cols);
 
       std::vector<float> y1 = Poisoned(T * rows);  // [T, rows], one thread: the baseline
-      CpuBackend(1).MatMul(w, x.data(), T, y1.data());
+      ASSERT_TRUE(CpuBackend(1).MatMul(w, HostTensor(x, T, cols), HostTensor(y1, T, rows)).ok());
       ExpectAllFinite(y1, what);
       for (int threads : kThreadCounts) {
         std::vector<float> y = Poisoned(T * rows);
-        CpuBackend(threads).MatMul(w, x.data(), T, y.data());
+        ASSERT_TRUE(
+            CpuBackend(threads).MatMul(w, HostTensor(x, T, cols), HostTensor(y, T, rows)).ok());
         ExpectSameBits(y1.data(), y.data(), T * rows,
                        what + absl::StrFormat(" threads=%d", threads));
       }
       CpuBackend cpu(3);
       for (int64_t t = 0; t < T; ++t) {
         std::vector<float> y = Poisoned(rows);
-        cpu.MatMul(w, x.data() + t * cols, 1, y.data());
+        const std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        ASSERT_TRUE(cpu.MatMul(w, HostTensor(xt, 1, cols), HostTensor(y, 1, rows)).ok());
         ExpectSameBits(y1.data() + t * rows, y.data(), rows,
                        what + absl::StrFormat(" T=1 row %d", t));
       }
@@ -116,7 +122,7 @@ TEST(CpuInvariance, MatMulThreadsBatchSizeAndPosition) {
           std::vector<float> xb = Uniform(rng, batch * cols, -2.0f, 2.0f);
           std::copy(x.begin() + t * cols, x.begin() + (t + 1) * cols, xb.begin() + p * cols);
           std::vector<float> y = Poisoned(batch * rows);
-          cpu.MatMul(w, xb.data(), batch, y.data());
+          ASSERT_TRUE(cpu.MatMul(w, HostTensor(xb, batch, cols), HostTensor(y, batch, rows)).ok());
           ExpectSameBits(y1.data() + t * rows, y.data() + p * rows, rows,
                          what + absl::StrFormat(" row %d at slot %d of T=%d", t, p, batch));
         }
@@ -128,7 +134,7 @@ TEST(CpuInvariance, MatMulThreadsBatchSizeAndPosition) {
               "15 batch slots\n", static_cast<long long>(checked));
 }
 
-TEST(CpuInvariance, AttentionThreadsAndChunking) {
+TEST(CpuInvariance, PagedAttentionThreadsAndChunking) {
   std::mt19937_64 rng = TestRng();
   struct Shape { int64_t n_head, n_kv_head, head_dim; };
   int64_t checked = 0;
@@ -140,51 +146,62 @@ TEST(CpuInvariance, AttentionThreadsAndChunking) {
         p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
         p.window = window;
         p.softcap = softcap;
-        std::vector<int32_t> pos(T);
-        for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(n_kv - T + t);
+        backend::KvLayout layout;  // f32 K and V, blocks of 4 in reverse order
+        layout.block_size = 4;
+        layout.kv_dim = s.n_kv_head * s.head_dim;
+        layout.n_blocks = testing::BlocksFor(n_kv, layout.block_size);
+        std::vector<int32_t> order(layout.n_blocks);
+        for (int64_t i = 0; i < layout.n_blocks; ++i) {
+          order[i] = static_cast<int32_t>(layout.n_blocks - 1 - i);
+        }
         const int64_t row = s.n_head * s.head_dim;  // floats per query token
         const std::vector<float> q = Uniform(rng, T * row, -2.0f, 2.0f);
-        const std::vector<float> k = Uniform(rng, n_kv * s.n_kv_head * s.head_dim, -2.0f, 2.0f);
-        const std::vector<float> v = Uniform(rng, n_kv * s.n_kv_head * s.head_dim, -3.0f, 3.0f);
-        auto run = [&](CpuBackend& cpu, int64_t t0, int64_t n, float* out) {
-          cpu.Attention(q.data() + t0 * row, pos.data() + t0, n, k.data(), v.data(), n_kv,
-                        s.n_head, s.n_kv_head, s.head_dim, p, out);
+        const std::vector<float> k = Uniform(rng, n_kv * layout.kv_dim, -2.0f, 2.0f);
+        const std::vector<float> v = Uniform(rng, n_kv * layout.kv_dim, -3.0f, 3.0f);
+        // Queries [t0, t0 + n) after the n_kv - T + t0 keys before them, as one step.
+        auto run = [&](CpuBackend& cpu, int64_t t0, int64_t n) {
+          const std::vector<testing::PagedSeq> seqs = {{n_kv - T + t0, n}};
+          const testing::PagedSteps st = testing::MakePagedSteps(
+              seqs, testing::AssignBlocks(seqs, layout.block_size, order), layout.block_size);
+          const int64_t len = seqs[0].len();
+          auto r = testing::RunPaged(
+              cpu, layout, st, std::vector<float>(k.begin(), k.begin() + len * layout.kv_dim),
+              std::vector<float>(v.begin(), v.begin() + len * layout.kv_dim),
+              std::vector<float>(q.begin() + t0 * row, q.begin() + (t0 + n) * row), s.n_head,
+              s.n_kv_head, s.head_dim, p);
+          EXPECT_TRUE(r.ok()) << r.status();
+          return r.ok() ? r->out : Poisoned(n * row);
         };
-        const std::string what = absl::StrFormat("Attention heads=%d/%d head_dim=%d window=%d "
-                                                 "softcap=%g", s.n_head, s.n_kv_head, s.head_dim,
-                                                 window, softcap);
+        const std::string what = absl::StrFormat("PagedAttention heads=%d/%d head_dim=%d "
+                                                 "window=%d softcap=%g", s.n_head, s.n_kv_head,
+                                                 s.head_dim, window, softcap);
         CpuBackend one(1);
-        std::vector<float> o1 = Poisoned(T * row);
-        run(one, 0, T, o1.data());
+        const std::vector<float> o1 = run(one, 0, T);
         ExpectAllFinite(o1, what);
         for (int threads : kThreadCounts) {
           CpuBackend cpu(threads);
-          std::vector<float> o = Poisoned(T * row);
-          run(cpu, 0, T, o.data());
-          ExpectSameBits(o1.data(), o.data(), T * row,
+          ExpectSameBits(o1.data(), run(cpu, 0, T).data(), T * row,
                          what + absl::StrFormat(" threads=%d", threads));
         }
         CpuBackend cpu(2);
         for (int64_t t = 0; t < T; ++t) {  // each query alone
-          std::vector<float> o = Poisoned(row);
-          run(cpu, t, 1, o.data());
-          ExpectSameBits(o1.data() + t * row, o.data(), row,
+          ExpectSameBits(o1.data() + t * row, run(cpu, t, 1).data(), row,
                          what + absl::StrFormat(" query %d alone", t));
         }
         for (int64_t chunk : {2, 3, 4}) {  // the same queries in chunks of another size
-          std::vector<float> o = Poisoned(T * row);
           for (int64_t t0 = 0; t0 < T; t0 += chunk) {
-            run(cpu, t0, std::min(chunk, T - t0), o.data() + t0 * row);
+            const int64_t n = std::min(chunk, T - t0);
+            ExpectSameBits(o1.data() + t0 * row, run(cpu, t0, n).data(), n * row,
+                           what + absl::StrFormat(" chunk of %d at %d", chunk, t0));
           }
-          ExpectSameBits(o1.data(), o.data(), T * row,
-                         what + absl::StrFormat(" chunks of %d", chunk));
         }
         ++checked;
       }
     }
   }
-  std::printf("[ coverage ] Attention: %lld (shape, window, softcap) cells x threads {1,2,3,7} x "
-              "11 queries alone x chunk sizes {2,3,4}\n", static_cast<long long>(checked));
+  std::printf("[ coverage ] PagedAttention: %lld (shape, window, softcap) cells x threads "
+              "{1,2,3,7} x 11 queries alone x chunk sizes {2,3,4}\n",
+              static_cast<long long>(checked));
 }
 
 TEST(CpuInvariance, RmsNormThreadsBatchSizeAndPosition) {
@@ -196,23 +213,27 @@ TEST(CpuInvariance, RmsNormThreadsBatchSizeAndPosition) {
     const std::vector<float> w = Uniform(rng, d, 0.5f, 1.5f);
     const std::string what = absl::StrFormat("RmsNorm d=%d", d);
     std::vector<float> y1 = Poisoned(T * d);
-    CpuBackend(1).RmsNorm(x.data(), w.data(), T, d, 1e-6f, y1.data());
+    const Weight norm{quant::Type::F32, 1, d, w.data(), "invariance.norm"};
+    ASSERT_TRUE(CpuBackend(1).RmsNorm(HostTensor(x, T, d), &norm, 1e-6f, HostTensor(y1, T, d)).ok());
     ExpectAllFinite(y1, what);
     for (int threads : kThreadCounts) {
       std::vector<float> y = Poisoned(T * d);
-      CpuBackend(threads).RmsNorm(x.data(), w.data(), T, d, 1e-6f, y.data());
+      ASSERT_TRUE(
+          CpuBackend(threads).RmsNorm(HostTensor(x, T, d), &norm, 1e-6f, HostTensor(y, T, d)).ok());
       ExpectSameBits(y1.data(), y.data(), T * d, what + absl::StrFormat(" threads=%d", threads));
     }
     CpuBackend cpu(3);
     for (int64_t t = 0; t < T; ++t) {
       std::vector<float> y = Poisoned(d);
-      cpu.RmsNorm(x.data() + t * d, w.data(), 1, d, 1e-6f, y.data());
+      const std::vector<float> xt(x.begin() + t * d, x.begin() + (t + 1) * d);
+      ASSERT_TRUE(cpu.RmsNorm(HostTensor(xt, 1, d), &norm, 1e-6f, HostTensor(y, 1, d)).ok());
       ExpectSameBits(y1.data() + t * d, y.data(), d, what + absl::StrFormat(" T=1 row %d", t));
       const int64_t batch = 5, slot = static_cast<int64_t>(rng() % batch);
       std::vector<float> xb = Uniform(rng, batch * d, -3.0f, 3.0f);
       std::copy(x.begin() + t * d, x.begin() + (t + 1) * d, xb.begin() + slot * d);
       std::vector<float> yb = Poisoned(batch * d);
-      cpu.RmsNorm(xb.data(), w.data(), batch, d, 1e-6f, yb.data());
+      ASSERT_TRUE(
+          cpu.RmsNorm(HostTensor(xb, batch, d), &norm, 1e-6f, HostTensor(yb, batch, d)).ok());
       ExpectSameBits(y1.data() + t * d, yb.data() + slot * d, d,
                      what + absl::StrFormat(" row %d at slot %d of T=%d", t, slot, batch));
     }
