@@ -1,0 +1,54 @@
+// Paged attention for a ragged batch, one launch per layer, decode and prefill alike.
+//
+// Reduction order (docs/kernels.md): the keys of a sequence are cut into fixed pieces of
+// kAttentionPiece keys (key j is in piece j / kAttentionPiece), whatever the batch. Within a
+// piece, scores are dot products summed lane-strided over head_dim (lane l: dims l, l+32, ... by
+// fma) then a shuffle tree; the piece max is exact; p = expf(s - max); the piece sum and each
+// output dim are fma chains over the piece's visible keys in key order. Pieces are combined in
+// piece order (rescaled by expf(m_i - M), M the max of the piece maxima). So a query row's result
+// depends only on its own sequence's cache and position, not on its neighbours, the slots or the
+// block table's fragmentation, nor on whether it runs as decode or inside a prefill.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lockstep::kernels {
+
+inline constexpr int kAttentionPiece = 256;  // keys per piece: a compile-time constant
+inline constexpr int kAttentionMaxHeadDim = 256;
+
+struct PagedAttentionParams {
+  const float* q = nullptr;             // in, device, [T, n_head, head_dim] float
+  const void* k_cache = nullptr;        // in, device, [n_slots, KvRowBytes(k_format, kv_dim)] bytes
+  const void* v_cache = nullptr;        // in, device, [n_slots, KvRowBytes(v_format, kv_dim)] bytes
+  uint32_t k_format = 0, v_format = 0;  // quant::KvFormat values
+  const int32_t* query_start = nullptr; // in, device, [n_seq + 1]; rows of seq i: [qs[i], qs[i+1])
+  const int32_t* seq_len = nullptr;     // in, device, [n_seq]; keys 0..seq_len-1 are written
+  const int32_t* block_table = nullptr; // in, device, [n_seq, max_blocks_per_seq] block ids
+  const int32_t* positions = nullptr;   // in, device, [T]; query at p sees keys j <= p (and
+                                        //   p - j < window when window > 0), j < seq_len
+  float* out = nullptr;                 // out, device, [T, n_head, head_dim] float
+  int64_t T = 0;                        // query rows (query_start[n_seq] == T)
+  int n_seq = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
+  int block_size = 0;                   // tokens per cache block
+  int max_blocks_per_seq = 0;
+  int max_seq_len = 0;                  // host-side bound on every seq_len (sizes the grid)
+  int window = 0;                       // sliding window, 0 = none
+  float scale = 1.0f;                   // applied to q.k
+  float softcap = 0.0f;                 // 0 = none; else s = cap * tanh(s / cap) after scale
+};
+
+// Bytes of scratch the launch needs: T * n_head * pieces * (head_dim + 2) floats, pieces =
+// ceil(max_seq_len / kAttentionPiece).
+size_t PagedAttentionWorkspaceBytes(int64_t T, int n_head, int head_dim, int max_seq_len);
+
+// workspace: scratch, device, >= PagedAttentionWorkspaceBytes bytes, 16-byte aligned.
+// Constraints: n_head % n_kv_head == 0, 1 <= head_dim <= 256, kv_dim = n_kv_head * head_dim a
+// multiple of the formats' block size. A query that sees no key gets zeros.
+cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
+                                 size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace lockstep::kernels

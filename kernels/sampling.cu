@@ -1,0 +1,108 @@
+// Philox4x32-10 written out for the device (the same rounds as engine/sampling/philox.h, which is
+// constexpr host code), and a Gumbel-max reduction whose order does not matter: (score, -id) is
+// a total order, so any tree yields the same winner.
+#include "kernels/sampling.h"
+
+#include <cfloat>
+
+namespace lockstep::kernels {
+namespace {
+
+constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+
+__device__ __forceinline__ uint32_t NoiseBitsDevice(uint64_t seed, uint64_t position,
+                                                    uint32_t token, uint32_t stream) {
+  uint32_t c0 = token, c1 = stream, c2 = (uint32_t)position, c3 = (uint32_t)(position >> 32);
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) {
+      k0 += kW0;
+      k1 += kW1;
+    }
+    const uint32_t hi0 = __umulhi(kM0, c0), lo0 = kM0 * c0;
+    const uint32_t hi1 = __umulhi(kM1, c2), lo1 = kM1 * c2;
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+  }
+  return c0;
+}
+
+__global__ void NoiseKernel(uint64_t seed, const int64_t* __restrict__ positions, int64_t n_rows,
+                            uint32_t token0, int64_t n_tokens, uint32_t stream_tag,
+                            uint32_t* __restrict__ bits) {
+  const int64_t total = n_rows * n_tokens;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / n_tokens, v = i % n_tokens;
+    bits[i] = NoiseBitsDevice(seed, (uint64_t)positions[r], token0 + (uint32_t)v, stream_tag);
+  }
+}
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ bool Better(double s, int id, double bs, int bid) {
+  return bid < 0 || s > bs || (s == bs && id < bid);
+}
+
+__global__ void __launch_bounds__(kThreads) GumbelKernel(const float* __restrict__ logits,
+                                                         int64_t vocab, double inv_t, uint64_t seed,
+                                                         const int64_t* __restrict__ positions,
+                                                         int32_t* __restrict__ out) {
+  __shared__ double ss[kThreads];
+  __shared__ int si[kThreads];
+  const int64_t r = blockIdx.x;
+  const uint64_t pos = (uint64_t)positions[r];
+  double best = -DBL_MAX;
+  int bid = -1;
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) {
+    const uint32_t b = NoiseBitsDevice(seed, pos, (uint32_t)v, 0);
+    const double u = ((double)b + 0.5) * 0x1p-32;
+    const double g = -log(-log(u));
+    const double s = (double)logits[r * vocab + v] * inv_t + g;
+    if (Better(s, (int)v, best, bid)) best = s, bid = (int)v;
+  }
+  ss[threadIdx.x] = best;
+  si[threadIdx.x] = bid;
+  __syncthreads();
+  for (int o = kThreads / 2; o >= 1; o /= 2) {
+    if (threadIdx.x < o) {
+      const double s2 = ss[threadIdx.x + o];
+      const int i2 = si[threadIdx.x + o];
+      if (i2 >= 0 && Better(s2, i2, ss[threadIdx.x], si[threadIdx.x])) {
+        ss[threadIdx.x] = s2;
+        si[threadIdx.x] = i2;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[r] = si[0];
+}
+
+}  // namespace
+
+cudaError_t LaunchPhiloxNoise(uint64_t seed, const int64_t* positions, int64_t n_rows,
+                              uint32_t token0, int64_t n_tokens, uint32_t stream_tag,
+                              uint32_t* bits, cudaStream_t stream) {
+  if (positions == nullptr || bits == nullptr || n_rows < 0 || n_tokens < 0) return cudaErrorInvalidValue;
+  if (n_rows * n_tokens == 0) return cudaSuccess;
+  const int64_t want = (n_rows * n_tokens + 255) / 256;
+  NoiseKernel<<<(unsigned)(want < 132 * 64 ? want : 132 * 64), 256, 0, stream>>>(
+      seed, positions, n_rows, token0, n_tokens, stream_tag, bits);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGumbelArgmax(const float* logits, int64_t n_rows, int64_t vocab,
+                               double inv_temperature, uint64_t seed, const int64_t* positions,
+                               int32_t* out, cudaStream_t stream) {
+  if (logits == nullptr || positions == nullptr || out == nullptr || n_rows < 0 || vocab < 1 ||
+      vocab > 0x7FFFFFFF || n_rows > 0x7FFFFFFF) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_rows == 0) return cudaSuccess;
+  GumbelKernel<<<(unsigned)n_rows, kThreads, 0, stream>>>(logits, vocab, inv_temperature, seed,
+                                                         positions, out);
+  return cudaGetLastError();
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,25 @@
+// On-device sampling noise and Gumbel-max, keyed exactly like engine/sampling/philox.h: the
+// 32 noise bits of (seed, position, token, stream) equal the host's NoiseBits bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lockstep::kernels {
+
+// bits[r, v] = NoiseBits(seed, positions[r], token0 + v, stream).
+// positions: in, device, [n_rows] int64. bits: out, device, [n_rows, n_tokens] uint32.
+cudaError_t LaunchPhiloxNoise(uint64_t seed, const int64_t* positions, int64_t n_rows,
+                              uint32_t token0, int64_t n_tokens, uint32_t stream_tag,
+                              uint32_t* bits, cudaStream_t stream);
+
+// out[r] = argmax_v ((double)logits[r, v] * inv_temperature + g(seed, positions[r], v)), with
+// g = -log(-log((bits + 0.5) * 2^-32)) in double; ties go to the lowest id. Finite logits.
+// logits: in, device, [n_rows, vocab] float. positions: in, device, [n_rows] int64.
+// out: out, device, [n_rows] int32.
+cudaError_t LaunchGumbelArgmax(const float* logits, int64_t n_rows, int64_t vocab,
+                               double inv_temperature, uint64_t seed, const int64_t* positions,
+                               int32_t* out, cudaStream_t stream);
+
+}  // namespace lockstep::kernels
