@@ -116,8 +116,10 @@ runtime::EngineOptions GenEngineOptions(const Env& env, int64_t ctx, int n_reque
   return o;
 }
 
-// The request alone: its own engine with the same KV formats (a cold cache, one sequence).
-runtime::RequestResult RunAlone(const Env& env, const runtime::EngineOptions& base, runtime::Request r) {
+// The request alone: its own engine with the same context and KV formats (a cold cache, one
+// sequence, a pool as large as the batched engine's).
+absl::StatusOr<runtime::RequestResult> TryAlone(const Env& env, const runtime::EngineOptions& base,
+                                                runtime::Request r) {
   runtime::EngineOptions o;
   o.ctx = base.ctx;
   o.k_format = base.k_format;
@@ -125,9 +127,15 @@ runtime::RequestResult RunAlone(const Env& env, const runtime::EngineOptions& ba
   o.max_running = 1;
   o.max_step_tokens = 512;
   o.max_spec_k = base.max_spec_k;
+  o.block_size = base.block_size;
+  o.kv_bytes = base.kv_bytes;
   auto engine = Must(runtime::Engine::Create(*env.model, *env.tok, *env.be, o));
   r.on_text = Ignore;
-  return Must(engine->Run(std::move(r)));
+  return engine->Run(std::move(r));
+}
+
+runtime::RequestResult RunAlone(const Env& env, const runtime::EngineOptions& base, runtime::Request r) {
+  return Must(TryAlone(env, base, std::move(r)));
 }
 
 void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, const std::string& arch) {
@@ -141,6 +149,7 @@ void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, co
   std::vector<int64_t> ids(cases.size(), -1);
   std::vector<std::string> streamed(cases.size());
   std::vector<std::optional<runtime::RequestResult>> results(cases.size());
+  std::vector<absl::Status> refused(cases.size());
   auto collect = [&](std::vector<runtime::RequestResult> done) {
     for (auto& d : done) {
       for (size_t i = 0; i < cases.size(); ++i) {
@@ -153,9 +162,15 @@ void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, co
       if (cases[i].arrival == step) {
         runtime::Request r = cases[i].req;
         r.on_text = [&streamed, i](std::string_view s) { streamed[i] += s; };
-        ids[i] = Must(engine->Submit(std::move(r)));
+        absl::StatusOr<int64_t> id = engine->Submit(std::move(r));
+        if (id.ok()) {
+          ids[i] = *id;
+        } else {
+          refused[i] = id.status();  // e.g. beyond the context: alone must refuse it too
+          ids[i] = -2;
+        }
       }
-      if (cases[i].cancel_at == step && ids[i] >= 0) engine->Cancel(ids[i]);
+        if (cases[i].cancel_at == step && ids[i] >= 0) engine->Cancel(ids[i]);
     }
     // Now and then, preempt a running request (as a dry pool would).
     if (*rc::gen::inRange(0, 10) == 0) {
@@ -165,7 +180,7 @@ void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, co
     collect(Must(engine->Step()));
     collect(engine->TakeFinished());
     bool all_submitted = true;
-    for (size_t i = 0; i < cases.size(); ++i) all_submitted &= ids[i] >= 0;
+    for (size_t i = 0; i < cases.size(); ++i) all_submitted &= ids[i] != -1;
     if (all_submitted && engine->Idle()) break;
   }
   RC_ASSERT(engine->Idle());
@@ -173,6 +188,13 @@ void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, co
   if (engine->stats().prefix_hits > 0) Count("cases with prefix-cache hits");
 
   for (size_t i = 0; i < cases.size(); ++i) {
+    if (!refused[i].ok()) {
+      const absl::StatusOr<runtime::RequestResult> alone = TryAlone(env, o, cases[i].req);
+      RC_ASSERT(!alone.ok());
+      RC_ASSERT(alone.status() == refused[i]);
+      Count("refused (context limit or pool)");
+      continue;
+    }
     RC_ASSERT(results[i].has_value());
     const runtime::RequestResult& got = *results[i];
     if (got.cancelled) {
@@ -225,6 +247,7 @@ LOCKSTEP_PROPERTY(Engine, PrefixHitAndResumedSessionEqualCold, 200, Weight::kTin
   o.k_format = *rc::gen::elementOf(env.formats);
   o.v_format = *rc::gen::elementOf(env.formats);
   o.prefix_cache_bytes = int64_t{1} << 24;
+  o.max_spec_k = 4;
   auto engine = Must(runtime::Engine::Create(*env.model, *env.tok, *env.be, o));
 
   // Turn 1 parks a session; turn 2 extends the conversation and resumes it.

@@ -134,10 +134,4 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromFile(gguf::File file) {
   return m;
 }
 
-KvCache::KvCache(const Config& c, int64_t cap) : capacity(cap), n_past(0) {
-  const size_t n = static_cast<size_t>(cap * c.n_kv_head * c.head_dim);
-  k.assign(c.n_layer, std::vector<float>(n));
-  v.assign(c.n_layer, std::vector<float>(n));
-}
-
 }  // namespace lockstep::models

@@ -50,10 +50,13 @@ absl::StatusOr<GenerateResult> Generate(const models::Model& model, backend::Bac
                                         spec::SpecStats* stats) {
   EngineOptions o;
   const int64_t need = static_cast<int64_t>(prompt.size()) + params.max_tokens;
-  o.ctx = model.config().n_ctx_train > 0 ? model.config().n_ctx_train : need;
+  // The context is what this request needs (the model's limit still applies: Submit refuses a
+  // request beyond it with both numbers).
+  const int64_t train = model.config().n_ctx_train;
+  o.ctx = train > 0 ? std::min(need, train) : need;
   o.max_running = 1;
   o.kv_bytes = models::KvBlockBytes(model.config(), o.k_format, o.v_format, o.block_size) *
-               ((need + o.block_size - 1) / o.block_size + 1);
+               ((o.ctx + o.block_size - 1) / o.block_size + 1);
   o.max_spec_k = std::max(1, spec.k);
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, tok, be, o));
   Request r;
