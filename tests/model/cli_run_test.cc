@@ -1,0 +1,127 @@
+// `lockstep run` as a user runs it: the binary, its exit code, its stdout and stderr. Needs the
+// cached SmolLM2 (make models); a missing model fails, it does not skip.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "engine/gguf/gguf.h"
+#include "engine/spec/frspec.h"
+#include "engine/store/model_store.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace lockstep {
+namespace {
+
+struct Ran {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together, in the order they were written
+};
+
+Ran RunLockstep(const std::string& args) {
+  const std::string cmd = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep " + args + " 2>&1";
+  Ran r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string SmolPath() {
+  const store::KnownModel& m = store::DefaultModel();
+  EXPECT_TRUE(store::IsCached(m)) << store::CachedPath(m) << " is missing: run `make models`";
+  return store::CachedPath(m);
+}
+
+// Issue 7: the stats line once came out glued to the last word when stdout and stderr shared a
+// pipe (the closing newline sat in stdout's buffer while stderr was written).
+TEST(CliRun, StatsLineStartsOnItsOwnLine) {
+  const Ran r = RunLockstep("run " + SmolPath() + " --prompt 'The capital of France is' -n 6");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t stats = r.out.find("prefill:");
+  ASSERT_NE(stats, std::string::npos) << r.out;
+  ASSERT_GT(stats, 0u);
+  EXPECT_EQ(r.out[stats - 1], '\n') << r.out;
+}
+
+// Issue 7: plain and speculative decoding refuse prompt + max_tokens beyond the context with
+// the same sentence (one loop, one rule).
+TEST(CliRun, ContextLimitIsOneRuleForEveryMode) {
+  const std::string base = "run " + SmolPath() + " --prompt 'Hello there' --ctx 32 -n 40";
+  const Ran plain = RunLockstep(base);
+  const Ran spec = RunLockstep(base + " --ngram --spec-k 4");
+  EXPECT_EQ(plain.exit_code, 2) << plain.out;
+  EXPECT_EQ(spec.exit_code, 2) << spec.out;
+  EXPECT_NE(plain.out.find("exceeds the context length 32"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, spec.out);
+}
+
+// Issue 7: `run` on a trimmed-head draft once emitted logits row numbers as token ids. Every
+// generated token must be one the trimmed head kept (ids are shuffled, so row numbers are not).
+TEST(CliRun, TrimmedDraftEmitsOnlyKeptTokenIds) {
+  auto file = gguf::File::Open(SmolPath());
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto n_vocab = spec::DraftVocabSize(*file);
+  ASSERT_TRUE(n_vocab.ok());
+  std::vector<int32_t> ranks(*n_vocab);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  std::mt19937 rng(20261203);
+  std::shuffle(ranks.begin(), ranks.end(), rng);
+  spec::TrimOptions opt;
+  opt.n = 2000;
+  auto trimmed = spec::TrimDraft(*file, ranks, opt);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "lockstep-cli-trimmed.gguf").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(trimmed->bytes.data(), static_cast<std::streamsize>(trimmed->bytes.size()));
+  }
+  const Ran r = RunLockstep("run " + path + " --prompt 'Once upon a time' -n 16 --json");
+  std::filesystem::remove(path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const std::vector<int32_t> kept(ranks.begin(), ranks.begin() + opt.n);
+  ASSERT_FALSE(j["tokens"].empty());
+  for (int32_t t : j["tokens"].get<std::vector<int32_t>>()) {
+    EXPECT_NE(std::find(kept.begin(), kept.end(), t), kept.end()) << "token " << t << " was trimmed";
+  }
+}
+
+TEST(CliRun, PromptFromStdinAndFileEqualsArgument) {
+  const std::string m = SmolPath();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "lockstep-cli-prompt.txt").string();
+  {
+    std::ofstream out(path);
+    out << "Once upon a time there was";
+  }
+  const Ran arg = RunLockstep("run " + m + " --prompt 'Once upon a time there was' -n 8 --json");
+  const Ran file = RunLockstep("run " + m + " --prompt-file " + path + " -n 8 --json");
+  const Ran in = RunLockstep("run " + m + " -n 8 --json < " + path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(arg.exit_code, 0) << arg.out;
+  const nlohmann::json a = nlohmann::json::parse(arg.out);
+  EXPECT_FALSE(a["tokens"].empty());
+  EXPECT_EQ(nlohmann::json::parse(file.out)["tokens"], a["tokens"]) << file.out;
+  EXPECT_EQ(nlohmann::json::parse(in.out)["tokens"], a["tokens"]) << in.out;
+}
+
+TEST(CliRun, BadKvFormatNamesTheFlag) {
+  const Ran r = RunLockstep("run " + SmolPath() + " --prompt x --kv-k q7");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--kv-k"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace lockstep
