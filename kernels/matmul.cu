@@ -34,6 +34,13 @@ struct WT;
 
 LS_DEV int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// (float)(v - kOff) for 0 <= v < 2^23, exactly, without the quarter-rate I2F: the float with
+// bits 0x4B000000 | v is 2^23 + v, and subtracting 2^23 + kOff is exact. Same value as the cast.
+template <int kOff>
+LS_DEV float SmallIntToF(uint32_t v) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f + (float)kOff);
+}
+
 template <>
 struct WT<(uint32_t)q::Type::F32> {
   static constexpr int kBE = 1, kBB = 4;
@@ -83,8 +90,8 @@ struct WT<(uint32_t)q::Type::Q4_0> {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t byte = (v >> (8 * h)) & 0xFF;
-        w[2 * i + h] = q::RoundedMul(d, (float)((int)(byte & 0xF) - 8));
-        w[2 * i + h + 16] = q::RoundedMul(d, (float)((int)(byte >> 4) - 8));
+        w[2 * i + h] = q::RoundedMul(d, SmallIntToF<8>(byte & 0xF));
+        w[2 * i + h + 16] = q::RoundedMul(d, SmallIntToF<8>(byte >> 4));
       }
     }
   }
@@ -102,8 +109,8 @@ struct WT<(uint32_t)q::Type::Q4_1> {
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
         const uint32_t byte = (v >> (8 * h)) & 0xFF;
-        w[4 * i + h] = q::RoundedAdd(q::RoundedMul(d, (float)(byte & 0xF)), m);
-        w[4 * i + h + 16] = q::RoundedAdd(q::RoundedMul(d, (float)(byte >> 4)), m);
+        w[4 * i + h] = q::RoundedAdd(q::RoundedMul(d, SmallIntToF<0>(byte & 0xF)), m);
+        w[4 * i + h + 16] = q::RoundedAdd(q::RoundedMul(d, SmallIntToF<0>(byte >> 4)), m);
       }
     }
   }
@@ -118,8 +125,8 @@ struct WT<(uint32_t)q::Type::Q8_0> {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const uint32_t v = qs[i];
-      w[2 * i] = q::RoundedMul((float)(int8_t)(v & 0xFF), d);
-      w[2 * i + 1] = q::RoundedMul((float)(int8_t)(v >> 8), d);
+      w[2 * i] = q::RoundedMul(SmallIntToF<128>((v & 0xFF) ^ 0x80), d);
+      w[2 * i + 1] = q::RoundedMul(SmallIntToF<128>((v >> 8) ^ 0x80), d);
     }
   }
 };
@@ -139,8 +146,8 @@ struct WT<(uint32_t)q::Type::Q4_K> {
       const uint32_t v = qs[i] >> shift;
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
-        const int qv = (v >> (8 * h)) & 0xF;
-        w[4 * i + h] = q::RoundedSub(q::RoundedMul(dl, (float)qv), ml);
+        const uint32_t qv = (v >> (8 * h)) & 0xF;
+        w[4 * i + h] = q::RoundedSub(q::RoundedMul(dl, SmallIntToF<0>(qv)), ml);
       }
     }
   }
@@ -163,8 +170,8 @@ struct WT<(uint32_t)q::Type::Q5_K> {
       const uint32_t hv = qh[i] >> c;
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
-        const int qv = ((v >> (8 * h)) & 0xF) | (((hv >> (8 * h)) & 1) << 4);
-        w[4 * i + h] = q::RoundedSub(q::RoundedMul(dl, (float)qv), ml);
+        const uint32_t qv = ((v >> (8 * h)) & 0xF) | (((hv >> (8 * h)) & 1) << 4);
+        w[4 * i + h] = q::RoundedSub(q::RoundedMul(dl, SmallIntToF<0>(qv)), ml);
       }
     }
   }
@@ -188,9 +195,9 @@ struct WT<(uint32_t)q::Type::Q6_K> {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int l = 2 * i + h;
-        const int low = (lv >> (8 * h + lshift)) & 0xF;
-        const int high = (hv >> (8 * h + hshift)) & 3;
-        w[l] = q::RoundedMul(l < 16 ? dl0 : dl1, (float)((low | (high << 4)) - 32));
+        const uint32_t low = (lv >> (8 * h + lshift)) & 0xF;
+        const uint32_t high = (hv >> (8 * h + hshift)) & 3;
+        w[l] = q::RoundedMul(l < 16 ? dl0 : dl1, SmallIntToF<32>(low | (high << 4)));
       }
     }
   }
@@ -211,8 +218,8 @@ struct WT<(uint32_t)q::Type::IQ4_XS> {
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
         const int byte = (v >> (8 * h)) & 0xFF;
-        w[4 * i + h] = q::RoundedMul(dl, (float)q::LookupIQ4NL(byte & 0xF));
-        w[4 * i + h + 16] = q::RoundedMul(dl, (float)q::LookupIQ4NL(byte >> 4));
+        w[4 * i + h] = q::RoundedMul(dl, SmallIntToF<128>((uint32_t)(q::LookupIQ4NL(byte & 0xF) + 128)));
+        w[4 * i + h + 16] = q::RoundedMul(dl, SmallIntToF<128>((uint32_t)(q::LookupIQ4NL(byte >> 4) + 128)));
       }
     }
   }
@@ -233,8 +240,8 @@ struct WT<(uint32_t)q::Type::NVFP4> {
 #pragma unroll
         for (int h = 0; h < 4; ++h) {
           const int byte = (v >> (8 * h)) & 0xFF;
-          w[16 * s + 4 * i + h] = q::RoundedMul(d, (float)q::LookupMXFP4(byte & 0xF));
-          w[16 * s + 4 * i + h + 8] = q::RoundedMul(d, (float)q::LookupMXFP4(byte >> 4));
+          w[16 * s + 4 * i + h] = q::RoundedMul(d, SmallIntToF<128>((uint32_t)(q::LookupMXFP4(byte & 0xF) + 128)));
+          w[16 * s + 4 * i + h + 8] = q::RoundedMul(d, SmallIntToF<128>((uint32_t)(q::LookupMXFP4(byte >> 4) + 128)));
         }
       }
     }
@@ -246,7 +253,7 @@ constexpr int kGroupBytes = kGroup / WT<kType>::kBE * WT<kType>::kBB;
 
 // Groups staged per decode-warp step: enough bytes in flight, bounded registers.
 template <uint32_t kType>
-constexpr int kStageGroups = kGroupBytes<kType> >= 1024 ? 1 : (kGroupBytes<kType> >= 512 ? 2 : 4);
+constexpr int kStageGroups = 1152 / kGroupBytes<kType> < 1 ? 1 : (1152 / kGroupBytes<kType> > 8 ? 8 : 1152 / kGroupBytes<kType>);
 
 // The fixed class tree over a[0..7].
 LS_DEV float ClassTree(const float* a) {
@@ -266,8 +273,9 @@ template <> struct UnitT<2> { using T = uint16_t; };
 // ---------------------------------------------------------------------------------------------
 // Decode route.
 constexpr int kDecRowsPerWarp = 4, kDecWarps = 4, kDecTT = 8;
+constexpr size_t kDecXsMaxBytes = 96 * 1024;  // x row in shared memory up to 24576 columns
 
-template <uint32_t kType, int kUnit, int kTT>
+template <uint32_t kType, int kUnit, int kTT, bool kXS>
 __global__ void __launch_bounds__(kDecWarps * 32)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                        const float* __restrict__ x, int64_t T, float* __restrict__ y,
@@ -287,6 +295,15 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const int n_tok = (int)Min64(kTT, T - t0);
   const int64_t n_chunks = cols / kChunk;
   const int64_t n_groups = (n_chunks + kClasses - 1) / kClasses;
+
+  // kXS: this CTA's token rows of x in shared memory (dynamic, [n_tok, cols]), loaded once.
+  extern __shared__ __align__(16) float xs_dyn[];
+  if constexpr (kXS) {
+    const float4* src = reinterpret_cast<const float4*>(x + t0 * cols);
+    float4* dst = reinterpret_cast<float4*>(xs_dyn);
+    for (int64_t i = threadIdx.x; i < (int64_t)n_tok * cols / 4; i += blockDim.x) dst[i] = __ldg(src + i);
+    __syncthreads();
+  }
 
   float acc[kTT];
 #pragma unroll
@@ -337,11 +354,12 @@ __global__ void __launch_bounds__(kDecWarps * 32)
 #pragma unroll
         for (int t = 0; t < kTT; ++t) {
           if (t < n_tok) {
-            const float4* xp = reinterpret_cast<const float4*>(x + (t0 + t) * cols + c * kChunk);
+            const float4* xp = kXS ? reinterpret_cast<const float4*>(xs_dyn + t * cols + c * kChunk)
+                                   : reinterpret_cast<const float4*>(x + (t0 + t) * cols + c * kChunk);
             float a = acc[t];
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-              const float4 xv = __ldg(xp + i);
+              const float4 xv = kXS ? xp[i] : __ldg(xp + i);
               a = __fmaf_rn(wv[4 * i], xv.x, a);
               a = __fmaf_rn(wv[4 * i + 1], xv.y, a);
               a = __fmaf_rn(wv[4 * i + 2], xv.z, a);
@@ -515,20 +533,43 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
     const dim3 grid((unsigned)((rows + kDecWarps * kDecRowsPerWarp - 1) / (kDecWarps * kDecRowsPerWarp)),
                     (unsigned)((T + kDecTT - 1) / kDecTT));
     const dim3 block(kDecWarps * 32);
-#define LS_DEC(U, TT) MatmulDecodeKernel<kType, U, TT><<<grid, block, 0, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale)
-    if (T == 1) {
+#define LS_DEC(U, TT, XS)                                                                           \
+  do {                                                                                              \
+    const size_t xs_bytes = XS ? (size_t)cols * 4 : 0;                                              \
+    if (XS && xs_bytes > 48 * 1024) {                                                               \
+      static bool attr_set = false;                                                                 \
+      if (!attr_set) {                                                                              \
+        const cudaError_t ea = cudaFuncSetAttribute(MatmulDecodeKernel<kType, U, TT, XS>,           \
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,    \
+                                                    (int)kDecXsMaxBytes);                           \
+        if (ea != cudaSuccess) return ea;                                                           \
+        attr_set = true;                                                                            \
+      }                                                                                             \
+    }                                                                                               \
+    MatmulDecodeKernel<kType, U, TT, XS><<<grid, block, xs_bytes, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale); \
+  } while (0)
+    // T == 1: the token's activations go to shared memory once per CTA (no dependent global
+    // loads inside the fma chain); T > 1 reads them through L1 (8 rows of x need not fit).
+    if (T == 1 && (size_t)cols * 4 <= kDecXsMaxBytes) {
       switch (u) {
-        case 16: LS_DEC(16, 1); break;
-        case 8: LS_DEC(8, 1); break;
-        case 4: LS_DEC(4, 1); break;
-        default: LS_DEC(2, 1); break;
+        case 16: LS_DEC(16, 1, true); break;
+        case 8: LS_DEC(8, 1, true); break;
+        case 4: LS_DEC(4, 1, true); break;
+        default: LS_DEC(2, 1, true); break;
+      }
+    } else if (T == 1) {
+      switch (u) {
+        case 16: LS_DEC(16, 1, false); break;
+        case 8: LS_DEC(8, 1, false); break;
+        case 4: LS_DEC(4, 1, false); break;
+        default: LS_DEC(2, 1, false); break;
       }
     } else {
       switch (u) {
-        case 16: LS_DEC(16, kDecTT); break;
-        case 8: LS_DEC(8, kDecTT); break;
-        case 4: LS_DEC(4, kDecTT); break;
-        default: LS_DEC(2, kDecTT); break;
+        case 16: LS_DEC(16, kDecTT, false); break;
+        case 8: LS_DEC(8, kDecTT, false); break;
+        case 4: LS_DEC(4, kDecTT, false); break;
+        default: LS_DEC(2, kDecTT, false); break;
       }
     }
 #undef LS_DEC
