@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/cli/commands.h"
+#include "nlohmann/json.hpp"
 #include "engine/core/compare.h"
 #include "engine/core/npy.h"
 
@@ -11,6 +12,7 @@ void RegisterCompare(CLI::App& app) {
   struct Args {
     std::string a, b;
     double margin = 0.0;
+    bool json = false;
     double max_abs = -1, max_nmse = -1, max_kl = -1, min_top1 = -1, min_decisive_top1 = -1;
   };
   auto args = std::make_shared<Args>();
@@ -21,6 +23,7 @@ void RegisterCompare(CLI::App& app) {
   sub->add_option("--margin", args->margin,
                   "Reference top-1/top-2 logit gap above which a position is decisive");
   sub->add_option("--max-abs", args->max_abs, "Fail if max |A - B| exceeds this");
+  sub->add_flag("--json", args->json, "Print the statistics as one JSON object");
   sub->add_option("--max-nmse", args->max_nmse, "Fail if sum (A-B)^2 / sum B^2 exceeds this");
   sub->add_option("--max-kl", args->max_kl, "Fail if any position's KL(B || A) exceeds this (nats)");
   sub->add_option("--min-top1", args->min_top1, "Fail if top-1 agreement (fraction) is below this");
@@ -37,7 +40,17 @@ void RegisterCompare(CLI::App& app) {
     }
     auto s = compare::Logits(a->data.data(), b->data.data(), a->shape[0], a->shape[1], args->margin);
     ThrowIfError(s.status());
-    std::fputs(compare::Describe(*s).c_str(), stdout);
+    if (args->json) {
+      const nlohmann::json j = {{"positions", s->positions}, {"vocab", s->vocab},
+                                {"non_finite_a", s->nan_a}, {"non_finite_b", s->nan_b},
+                                {"max_abs", s->max_abs}, {"nmse", s->nmse},
+                                {"max_kl", s->max_kl}, {"mean_kl", s->mean_kl},
+                                {"top1_agree", s->top1_agree}, {"decisive", s->decisive},
+                                {"decisive_agree", s->decisive_agree}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::fputs(compare::Describe(*s).c_str(), stdout);
+    }
     std::string breach;
     auto check = [&](bool bad, const std::string& what) {
       if (bad) breach += (breach.empty() ? "" : "; ") + what;
@@ -56,7 +69,7 @@ void RegisterCompare(CLI::App& app) {
     check(args->min_decisive_top1 >= 0 && dec < args->min_decisive_top1,
           absl::StrFormat("decisive top1 agreement %.4f < %.4f", dec, args->min_decisive_top1));
     if (!breach.empty()) throw CliError(1, "compare: " + breach);
-    std::puts("PASS");
+    if (!args->json) std::puts("PASS");
   });
 }
 

@@ -11,6 +11,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/backend/backend.h"
 #include "engine/models/runner.h"
+#include "engine/quant/quant.h"
 
 namespace lockstep::cli {
 
@@ -32,7 +33,7 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 
 void RegisterLogits(CLI::App& app) {
   struct Args {
-    std::string model, prompt, tokens, out, backend = "cpu", dump_dir;
+    std::string model, prompt, tokens, out, backend = "cpu", dump_dir, kv_k = "f32", kv_v = "f32";
     int threads = 0;
   };
   auto args = std::make_shared<Args>();
@@ -43,6 +44,10 @@ void RegisterLogits(CLI::App& app) {
   prompt->excludes(tokens);
   sub->add_option("--out", args->out, "Output .npy, float32 [n_positions, n_vocab]")->required();
   sub->add_option("--backend", args->backend, "ref | cpu")->envname("LOCKSTEP_BACKEND");
+  sub->add_option("--kv-k", args->kv_k, "K cache format (f32 f16 bf16 q8_0 q5_1 q4_0 fp8)")
+      ->capture_default_str()->envname("LOCKSTEP_KV_K");
+  sub->add_option("--kv-v", args->kv_v, "V cache format (f32 f16 bf16 q8_0 q5_1 q4_0 fp8)")
+      ->capture_default_str()->envname("LOCKSTEP_KV_V");
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
       ->envname("LOCKSTEP_THREADS");
   sub->add_option("--dump-layers", args->dump_dir,
@@ -70,8 +75,12 @@ void RegisterLogits(CLI::App& app) {
       ThrowIfError(npy::Write(args->dump_dir + "/" + name + ".npy", {rows, cols}, data));
     };
     if (!args->dump_dir.empty()) std::filesystem::create_directories(args->dump_dir);
+    auto kf = quant::ParseKvFormat(args->kv_k);
+    if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
+    auto vf = quant::ParseKvFormat(args->kv_v);
+    if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
     auto result = models::PromptLogits(**model, **be, ids, /*all=*/true,
-                                       args->dump_dir.empty() ? nullptr : &dump);
+                                       args->dump_dir.empty() ? nullptr : &dump, *kf, *vf);
     ThrowIfError(result.status());
     const std::vector<float>& logits = *result;
     const int64_t n_vocab = (*model)->config().n_vocab;
