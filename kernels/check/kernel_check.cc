@@ -851,7 +851,56 @@ void Bench() {
     copy_gbs = 2.0 * cb / (ms * 1e-3) / 1e9;
     std::printf("copy D2D 2 GiB: median %.3f ms (spread %.3f) -> %.0f GB/s (read+write) = the weight wall\n", ms, spread, copy_gbs);
   }
-  // 2. Llama-3-8B layer set and head.
+  // 2. Paged attention at the Llama-3-8B layer shape: 32 heads, 8 KV heads, head_dim 128, f16
+  //    K and V, blocks of 16 tokens.
+  {
+    const int n_head = 32, n_kv = 8, D = 128, bs = 16;
+    const int64_t kv_dim = (int64_t)n_kv * D;
+    struct Case { const char* name; int n_seq, seq_len, q_len; };
+    for (const Case c : {Case{"decode depth 1024", 1, 1024, 1}, Case{"decode depth 8192", 1, 8192, 1},
+                         Case{"decode c=64 depth 1024", 64, 1024, 1}, Case{"prefill 512", 1, 512, 512},
+                         Case{"prefill 2048", 1, 2048, 2048}}) {
+      const int nb = (c.seq_len + bs - 1) / bs;
+      const int64_t n_slots = (int64_t)c.n_seq * nb * bs;
+      const auto fmt = (uint32_t)q::KvFormat::kF16;
+      Dev<uint8_t> kc(n_slots * q::KvRowBytes(q::KvFormat::kF16, kv_dim)), vc(kc.n);
+      {
+        Dev<float> src(n_slots * kv_dim);
+        src.Up(RandVec(n_slots * kv_dim, -2, 2));
+        std::vector<int32_t> sl(n_slots);
+        std::iota(sl.begin(), sl.end(), 0);
+        Dev<int32_t> dsl = Upload(sl);
+        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, kc.p, 0));
+        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, vc.p, 0));
+        CK(cudaDeviceSynchronize());
+      }
+      std::vector<int32_t> qs = {0}, lens, table, pos;
+      for (int s = 0; s < c.n_seq; ++s) {
+        qs.push_back(qs.back() + c.q_len);
+        lens.push_back(c.seq_len);
+        for (int b = 0; b < nb; ++b) table.push_back(s * nb + b);
+        for (int i = 0; i < c.q_len; ++i) pos.push_back(c.seq_len - c.q_len + i);
+      }
+      const int64_t T = qs.back();
+      Dev<float> dq(T * n_head * D), dout(T * n_head * D);
+      dq.Up(RandVec(T * n_head * D));
+      Dev<int32_t> dqs = Upload(qs), dl = Upload(lens), dt = Upload(table), dp = Upload(pos);
+      lk::PagedAttentionParams p;
+      p.q = dq.p, p.k_cache = kc.p, p.v_cache = vc.p, p.k_format = fmt, p.v_format = fmt;
+      p.query_start = dqs.p, p.seq_len = dl.p, p.block_table = dt.p, p.positions = dp.p, p.out = dout.p;
+      p.T = T, p.n_seq = c.n_seq, p.n_head = n_head, p.n_kv_head = n_kv, p.head_dim = D;
+      p.block_size = bs, p.max_blocks_per_seq = nb, p.max_seq_len = c.seq_len;
+      p.scale = 1.0f / std::sqrt((float)D);
+      const size_t wsb = lk::PagedAttentionWorkspaceBytes(T, n_head, D, c.seq_len);
+      Dev<uint8_t> ws(wsb);
+      auto [ms, spread] = time_ms([&] { CK(lk::LaunchPagedAttention(p, ws.p, wsb, 0)); }, 20);
+      const double kv_gb = 2.0 * c.n_seq * (double)c.seq_len * kv_dim * 2 / 1e9;
+      std::printf("attention %-24s %9.4f ms (spread %.4f)  KV %.1f MB -> %6.0f GB/s = %5.1f%% of wall\n", c.name, ms,
+                  spread, kv_gb * 1e3, kv_gb / (ms * 1e-3), 100.0 * kv_gb / (ms * 1e-3) / copy_gbs);
+    }
+    std::fflush(stdout);
+  }
+  // 3. Llama-3-8B layer set and head.
   struct M { const char* name; int64_t rows, cols; };
   const std::vector<M> layer = {{"attn_q 4096x4096", 4096, 4096}, {"attn_k 1024x4096", 1024, 4096},
                                 {"attn_v 1024x4096", 1024, 4096}, {"attn_o 4096x4096", 4096, 4096},
