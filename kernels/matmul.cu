@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cls = lane % kClasses, rw = lane / kClasses;
-  const int64_t row0 = ((int64_t)blockIdx.x * kDecWarps + warp) * kDecRowsPerWarp;
+  const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + warp) * kDecRowsPerWarp;
   const int64_t t0 = (int64_t)blockIdx.y * kTT;
   const int n_tok = (int)Min64(kTT, T - t0);
   const int64_t n_chunks = cols / kChunk;
@@ -530,9 +530,12 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
     // The decode step stages kS groups; a short last step must also be a whole number of units.
     const int64_t step_tail = row_bytes % ((int64_t)kStageGroups<kType> * kGB);
     const int u = (step_tail % unit == 0) ? unit : PickUnit(w, row_bytes, step_tail, kGB);
-    const dim3 grid((unsigned)((rows + kDecWarps * kDecRowsPerWarp - 1) / (kDecWarps * kDecRowsPerWarp)),
-                    (unsigned)((T + kDecTT - 1) / kDecTT));
-    const dim3 block(kDecWarps * 32);
+    // Warps per CTA: 4, unless that leaves fewer than two CTAs per SM (132 on an H200); small
+    // matrices then spread over more SMs. Rows map to warps the same way at any CTA size.
+    const int nw = rows / 16 >= 264 ? 4 : (rows / 8 >= 264 ? 2 : 1);
+    const int rows_per_cta = nw * kDecRowsPerWarp;
+    const dim3 grid((unsigned)((rows + rows_per_cta - 1) / rows_per_cta), (unsigned)((T + kDecTT - 1) / kDecTT));
+    const dim3 block(nw * 32);
 #define LS_DEC(U, TT, XS)                                                                           \
   do {                                                                                              \
     const size_t xs_bytes = XS ? (size_t)cols * 4 : 0;                                              \
