@@ -275,6 +275,14 @@ template <> struct UnitT<2> { using T = uint16_t; };
 constexpr int kDecRowsPerWarp = 4, kDecWarps = 4, kDecTT = 8;
 constexpr size_t kDecXsMaxBytes = 96 * 1024;  // x row in shared memory up to 24576 columns
 
+// Shared-memory layout of the decode kernel (dynamic): per warp 4 staged rows of kRowPad bytes
+// (the step's bytes rounded up to 16, plus 16 so the 4 rows start on different banks), then for
+// T = 1 the activation row with each 32-float chunk padded to 36 floats, so the 8 classes'
+// 16-byte reads of their chunks fall in 8 different bank quads (no 8-way conflict).
+constexpr int kXsChunkStride = 36;
+template <uint32_t kType>
+constexpr int kDecRowPad = (kStageGroups<kType> * kGroupBytes<kType> + 15) / 16 * 16 + 16;
+
 template <uint32_t kType, int kUnit, int kTT, bool kXS>
 __global__ void __launch_bounds__(kDecWarps * 32)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
@@ -286,7 +294,8 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   constexpr int kRowStage = kS * kGB;                       // bytes of one row per step
   constexpr int kUnitsPerRow = kRowStage / kUnit;           // when the whole step is present
   constexpr int kMaxUnitsPerLane = (kDecRowsPerWarp * kUnitsPerRow + 31) / 32;
-  __shared__ __align__(16) uint8_t stage[kDecWarps][kDecRowsPerWarp][kRowStage];
+  constexpr int kRowPad = kDecRowPad<kType>;
+  extern __shared__ __align__(16) uint8_t dyn_smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cls = lane % kClasses, rw = lane / kClasses;
@@ -296,12 +305,14 @@ __global__ void __launch_bounds__(kDecWarps * 32)
   const int64_t n_chunks = cols / kChunk;
   const int64_t n_groups = (n_chunks + kClasses - 1) / kClasses;
 
-  // kXS: this CTA's token rows of x in shared memory (dynamic, [n_tok, cols]), loaded once.
-  extern __shared__ __align__(16) float xs_dyn[];
+  uint8_t* stage = dyn_smem + (size_t)warp * kDecRowsPerWarp * kRowPad;  // [4][kRowPad]
+  // kXS (T = 1): the token's x row in shared memory, chunk c at c * 36 floats, loaded once.
+  float* xs_dyn = reinterpret_cast<float*>(dyn_smem + (size_t)(blockDim.x / 32) * kDecRowsPerWarp * kRowPad);
   if constexpr (kXS) {
     const float4* src = reinterpret_cast<const float4*>(x + t0 * cols);
-    float4* dst = reinterpret_cast<float4*>(xs_dyn);
-    for (int64_t i = threadIdx.x; i < (int64_t)n_tok * cols / 4; i += blockDim.x) dst[i] = __ldg(src + i);
+    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+      *reinterpret_cast<float4*>(xs_dyn + (i / 8) * kXsChunkStride + (i % 8) * 4) = __ldg(src + i);
+    }
     __syncthreads();
   }
 
@@ -334,7 +345,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       const int i = lane + 32 * k;
       const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
       if (r < kDecRowsPerWarp && u < units && row0 + r < rows) {
-        *reinterpret_cast<U*>(&stage[warp][r][u * kUnit]) = pre[k];
+        *reinterpret_cast<U*>(stage + r * kRowPad + u * kUnit) = pre[k];
       }
     }
   };
@@ -350,11 +361,11 @@ __global__ void __launch_bounds__(kDecWarps * 32)
       const int64_t c = (g0 + s) * kClasses + cls;
       if (c < n_chunks && row0 + rw < rows) {
         float wv[32];
-        WT<kType>::Decode(&stage[warp][rw][s * kGB], cls, wv);
+        WT<kType>::Decode(stage + rw * kRowPad + s * kGB, cls, wv);
 #pragma unroll
         for (int t = 0; t < kTT; ++t) {
           if (t < n_tok) {
-            const float4* xp = kXS ? reinterpret_cast<const float4*>(xs_dyn + t * cols + c * kChunk)
+            const float4* xp = kXS ? reinterpret_cast<const float4*>(xs_dyn + c * kXsChunkStride)
                                    : reinterpret_cast<const float4*>(x + (t0 + t) * cols + c * kChunk);
             float a = acc[t];
 #pragma unroll
@@ -538,13 +549,14 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
     const dim3 block(nw * 32);
 #define LS_DEC(U, TT, XS)                                                                           \
   do {                                                                                              \
-    const size_t xs_bytes = XS ? (size_t)cols * 4 : 0;                                              \
-    if (XS && xs_bytes > 48 * 1024) {                                                               \
+    const size_t xs_bytes = (size_t)nw * kDecRowsPerWarp * kDecRowPad<kType> +                       \
+                            (XS ? (size_t)cols / kChunk * kXsChunkStride * 4 : 0);                  \
+    if (xs_bytes > 48 * 1024) {                                                                     \
       static bool attr_set = false;                                                                 \
       if (!attr_set) {                                                                              \
-        const cudaError_t ea = cudaFuncSetAttribute(MatmulDecodeKernel<kType, U, TT, XS>,           \
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,    \
-                                                    (int)kDecXsMaxBytes);                           \
+        const cudaError_t ea = cudaFuncSetAttribute(                                                \
+            MatmulDecodeKernel<kType, U, TT, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+            (int)(kDecWarps * kDecRowsPerWarp * kDecRowPad<kType> + kDecXsMaxBytes / 32 * kXsChunkStride)); \
         if (ea != cudaSuccess) return ea;                                                           \
         attr_set = true;                                                                            \
       }                                                                                             \
