@@ -409,10 +409,17 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
     int64_t n_feed = std::min(left, budget);
     s.draft.clear();
     s.draft_full = {};
-    if (n_feed == left && left == 1 && s.req.drafter != nullptr) {
+    if (s.req.drafter != nullptr && left > 1) {
+      // A speculative sequence prefills (or recomputes) everything but its pending token, so
+      // that every token it emits comes out of a verify round whose draft does not depend on
+      // the step budget, the neighbours or a preemption: rejection sampling's bytes depend on
+      // the draft (its law does not), so the draft must be a function of the request alone.
+      n_feed = std::min(left - 1, budget);
+    } else if (s.req.drafter != nullptr) {
       // Never draft past max_tokens: the bonus token is the last one a round may add.
       const int64_t room = s.req.params.max_tokens - s.generated() - 1;
-      const int k = static_cast<int>(std::min<int64_t>({s.k, room, budget - 1}));
+      const int k = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(s.k, room)));
+      if (1 + k > budget) break;  // the whole round waits for the next step, never a shorter draft
       if (k > 0) {
         ASSIGN_OR_RETURN(s.draft_full, s.draft_state->Propose(
                                            {s.tokens, k, s.req.spec.mode, &s.sampler, s.req.seed}));

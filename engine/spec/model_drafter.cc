@@ -51,8 +51,10 @@ class ModelDraftState : public DraftState {
         const absl::Status reserved = models::ReserveKv(
             *s_.pool, kv_, start + n,
             [&](int32_t a, int32_t b) { return s_.runner->CopyBlock(a, b); });
-        // A full draft pool only ends this draft early: drafts never change what is emitted.
-        if (absl::IsResourceExhausted(reserved)) return d;
+        // A full draft pool ends this draft early in greedy and coupled modes, whose output
+        // does not depend on the draft. Rejection sampling's bytes do, so there it is an error
+        // rather than a silent change of output under load.
+        if (absl::IsResourceExhausted(reserved) && req.mode != SpecMode::kReject) return d;
         RETURN_IF_ERROR(reserved);
         const bool last = start + n == static_cast<int64_t>(history.size());
         models::StepEntry e{std::span<const int32_t>(history).subspan(start, n), start, kv_.blocks,
