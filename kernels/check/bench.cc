@@ -1,0 +1,205 @@
+// kernel_check --bench: copy bandwidth (the weight wall) and matmul / attention timings.
+#include "kernels/check/check_support.h"
+
+namespace lockstep::kernels::check {
+
+// ---------------------------------------------------------------------------------------------
+// Bench.
+__attribute__((unused)) double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Weights for the bench: real quantized blocks of one random 1 MiB-element tile, repeated
+// (the kernel's speed does not depend on values; finite scales keep the arithmetic honest).
+void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
+  const auto tr = Tr(ty);
+  const int64_t n = 1 << 20;
+  const auto wq = QuantizeRows(ty, RandVec(n));
+  for (size_t off = 0; off < d.n; off += wq.size()) {
+    CK(cudaMemcpy(d.p + off, wq.data(), std::min(wq.size(), d.n - off), cudaMemcpyHostToDevice));
+  }
+  (void)tr;
+}
+
+void Bench() {
+  std::printf("\n== bench (device: ");
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs, L2 %d MiB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto time_ms = [&](auto&& fn, int reps) {
+    std::vector<double> ts;
+    fn();  // warm-up
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaEventRecord(e0));
+      fn();
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    return std::make_pair(ts[ts.size() / 2], ts.back() - ts.front());
+  };
+  // 1. Copy bandwidth: 2 GiB D2D, bytes read + written.
+  const size_t cb = (size_t)2 << 30;
+  double copy_gbs;
+  {
+    Dev<uint8_t> a(cb), b(cb);
+    CK(cudaMemset(a.p, 1, cb));
+    auto [ms, spread] = time_ms([&] { CK(cudaMemcpyAsync(b.p, a.p, cb, cudaMemcpyDeviceToDevice)); }, 20);
+    copy_gbs = 2.0 * cb / (ms * 1e-3) / 1e9;
+    std::printf("copy D2D 2 GiB: median %.3f ms (spread %.3f) -> %.0f GB/s (read+write) = the weight wall\n", ms, spread, copy_gbs);
+  }
+  // 2. Paged attention at the Llama-3-8B layer shape: 32 heads, 8 KV heads, head_dim 128, f16
+  //    K and V, blocks of 16 tokens.
+  {
+    const int n_head = 32, n_kv = 8, D = 128, bs = 16;
+    const int64_t kv_dim = (int64_t)n_kv * D;
+    struct Case { const char* name; int n_seq, seq_len, q_len; };
+    for (const Case c : {Case{"decode depth 1024", 1, 1024, 1}, Case{"decode depth 8192", 1, 8192, 1},
+                         Case{"decode c=64 depth 1024", 64, 1024, 1}, Case{"prefill 512", 1, 512, 512},
+                         Case{"prefill 2048", 1, 2048, 2048}}) {
+      const int nb = (c.seq_len + bs - 1) / bs;
+      const int64_t n_slots = (int64_t)c.n_seq * nb * bs;
+      const auto fmt = (uint32_t)q::KvFormat::kF16;
+      Dev<uint8_t> kc(n_slots * q::KvRowBytes(q::KvFormat::kF16, kv_dim)), vc(kc.n);
+      {
+        Dev<float> src(n_slots * kv_dim);
+        src.Up(RandVec(n_slots * kv_dim, -2, 2));
+        std::vector<int32_t> sl(n_slots);
+        std::iota(sl.begin(), sl.end(), 0);
+        Dev<int32_t> dsl = Upload(sl);
+        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, kc.p, 0));
+        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, vc.p, 0));
+        CK(cudaDeviceSynchronize());
+      }
+      std::vector<int32_t> qs = {0}, lens, table, pos;
+      for (int s = 0; s < c.n_seq; ++s) {
+        qs.push_back(qs.back() + c.q_len);
+        lens.push_back(c.seq_len);
+        for (int b = 0; b < nb; ++b) table.push_back(s * nb + b);
+        for (int i = 0; i < c.q_len; ++i) pos.push_back(c.seq_len - c.q_len + i);
+      }
+      const int64_t T = qs.back();
+      Dev<float> dq(T * n_head * D), dout(T * n_head * D);
+      dq.Up(RandVec(T * n_head * D));
+      Dev<int32_t> dqs = Upload(qs), dl = Upload(lens), dt = Upload(table), dp = Upload(pos);
+      lk::PagedAttentionParams p;
+      p.q = dq.p, p.k_cache = kc.p, p.v_cache = vc.p, p.k_format = fmt, p.v_format = fmt;
+      p.query_start = dqs.p, p.seq_len = dl.p, p.block_table = dt.p, p.positions = dp.p, p.out = dout.p;
+      p.T = T, p.n_seq = c.n_seq, p.n_head = n_head, p.n_kv_head = n_kv, p.head_dim = D;
+      p.block_size = bs, p.max_blocks_per_seq = nb, p.max_seq_len = c.seq_len;
+      p.scale = 1.0f / std::sqrt((float)D);
+      const size_t wsb = lk::PagedAttentionWorkspaceBytes(T, n_head, D, c.seq_len);
+      Dev<uint8_t> ws(wsb);
+      auto [ms, spread] = time_ms([&] { CK(lk::LaunchPagedAttention(p, ws.p, wsb, 0)); }, 20);
+      const double kv_gb = 2.0 * c.n_seq * (double)c.seq_len * kv_dim * 2 / 1e9;
+      std::printf("attention %-24s %9.4f ms (spread %.4f)  KV %.1f MB -> %6.0f GB/s = %5.1f%% of wall\n", c.name, ms,
+                  spread, kv_gb * 1e3, kv_gb / (ms * 1e-3), 100.0 * kv_gb / (ms * 1e-3) / copy_gbs);
+    }
+    std::fflush(stdout);
+  }
+  // 3. Llama-3-8B layer set and head.
+  struct M { const char* name; int64_t rows, cols; };
+  const std::vector<M> layer = {{"attn_q 4096x4096", 4096, 4096}, {"attn_k 1024x4096", 1024, 4096},
+                                {"attn_v 1024x4096", 1024, 4096}, {"attn_o 4096x4096", 4096, 4096},
+                                {"ffn_gate 14336x4096", 14336, 4096}, {"ffn_up 14336x4096", 14336, 4096},
+                                {"ffn_down 4096x14336", 4096, 14336}};
+  const M head = {"output 128256x4096", 128256, 4096};
+  for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0}) {
+    const auto tr = Tr(ty);
+    auto bytes_of = [&](const M& m) { return m.rows * m.cols / tr.block_size * tr.type_size; };
+    // Two copies of the layer set, alternated, so that no rep reads weights out of L2.
+    int64_t layer_bytes = 0;
+    for (const auto& m : layer) layer_bytes += bytes_of(m);
+    const int n_copies = 2;
+    std::vector<std::vector<Dev<uint8_t>*>> ws(n_copies);
+    for (int c = 0; c < n_copies; ++c) {
+      for (const auto& m : layer) {
+        auto* d = new Dev<uint8_t>(bytes_of(m));
+        FillQuantWeights(*d, ty);
+        ws[c].push_back(d);
+      }
+    }
+    Dev<uint8_t> wh(bytes_of(head));
+    FillQuantWeights(wh, ty);
+    for (int64_t T : {1, 2048}) {
+      Dev<float> x(T * 14336), y(T * 128256);
+      {
+        std::vector<float> hx = RandVec(T * 14336);
+        x.Up(hx);
+      }
+      int copy = 0;
+      double total_ms = 0;
+      std::printf("%s T=%" PRId64 ":\n", tr.name, T);
+      for (size_t i = 0; i < layer.size(); ++i) {
+        const auto& m = layer[i];
+        auto [ms, spread] = time_ms([&] {
+          CK(lk::LaunchMatmul((uint32_t)ty, ws[copy][i]->p, m.rows, m.cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
+          copy = (copy + 1) % n_copies;
+        }, T == 1 ? 50 : 5);
+        total_ms += ms;
+        const double gb = bytes_of(m) / 1e9;
+        const double tflops = 2.0 * T * m.rows * m.cols / (ms * 1e-3) / 1e12;
+        std::printf("  %-22s %9.4f ms (spread %.4f)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s\n",
+                    m.name, ms, spread, gb / (ms * 1e-3), 100.0 * gb / (ms * 1e-3) / copy_gbs, tflops);
+      }
+      // The whole layer set as one CUDA graph (7 launches), both copies alternating.
+      cudaStream_t st;
+      CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      cudaGraph_t graphs[n_copies];
+      cudaGraphExec_t execs[n_copies];
+      for (int c = 0; c < n_copies; ++c) {
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (size_t i = 0; i < layer.size(); ++i) {
+          CK(lk::LaunchMatmul((uint32_t)ty, ws[c][i]->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, st));
+        }
+        CK(cudaStreamEndCapture(st, &graphs[c]));
+        CK(cudaGraphInstantiate(&execs[c], graphs[c], 0));
+      }
+      std::vector<double> ts;
+      for (int rep = 0; rep < (T == 1 ? 60 : 6); ++rep) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(execs[rep % n_copies], st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (rep >= 2) ts.push_back(ms);
+      }
+      std::sort(ts.begin(), ts.end());
+      const double gms = ts[ts.size() / 2];
+      const double lgb = layer_bytes / 1e9;
+      int64_t layer_flop = 0;
+      for (const auto& m : layer) layer_flop += 2 * T * m.rows * m.cols;
+      std::printf("  LAYER SET (graph)      %9.4f ms (spread %.4f)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s  [sum of single launches %.4f ms]\n",
+                  gms, ts.back() - ts.front(), lgb / (gms * 1e-3), 100.0 * lgb / (gms * 1e-3) / copy_gbs,
+                  (double)layer_flop / (gms * 1e-3) / 1e12, total_ms);
+      for (int c = 0; c < n_copies; ++c) {
+        cudaGraphExecDestroy(execs[c]);
+        cudaGraphDestroy(graphs[c]);
+      }
+      cudaStreamDestroy(st);
+      {
+        auto [ms, spread] = time_ms([&] {
+          CK(lk::LaunchMatmul((uint32_t)ty, wh.p, head.rows, head.cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
+        }, T == 1 ? 30 : 3);
+        const double gb = bytes_of(head) / 1e9;
+        std::printf("  %-22s %9.4f ms (spread %.4f)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s\n",
+                    head.name, ms, spread, gb / (ms * 1e-3), 100.0 * gb / (ms * 1e-3) / copy_gbs,
+                    2.0 * T * head.rows * head.cols / (ms * 1e-3) / 1e12);
+      }
+      std::fflush(stdout);
+    }
+    for (auto& c : ws)
+      for (auto* d : c) delete d;
+  }
+}
+
+}  // namespace lockstep::kernels::check
