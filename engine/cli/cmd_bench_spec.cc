@@ -124,25 +124,11 @@ void RegisterBenchSpec(CLI::App& app) {
             auto g = runtime::Generate(*t.model, **be, *t.tok, prompts[i], params, 1000 + i, noop,
                                        drafter, {m, a->k, false}, &st);
             ThrowIfError(g.status());
-            struct { runtime::GenerateResult gen; spec::SpecStats stats; } rr{std::move(*g), st};
-            auto* r = &rr;
-            toks += static_cast<int64_t>(r->gen.tokens.size());
-            secs += r->gen.prefill_seconds + r->gen.decode_seconds;
-            cell.identical += r->gen.tokens == ref[i];
+            toks += static_cast<int64_t>(g->tokens.size());
+            secs += g->prefill_seconds + g->decode_seconds;
+            cell.identical += g->tokens == ref[i];
             ++cell.outputs;
-            if (rep == 0) {
-              spec::SpecStats& s = cell.stats;
-              s.rounds += r->stats.rounds;
-              s.drafted += r->stats.drafted;
-              s.accepted += r->stats.accepted;
-              s.target_forwards += r->stats.target_forwards;
-              s.proposed_at.resize(a->k);
-              s.accepted_at.resize(a->k);
-              for (int j = 0; j < a->k; ++j) {
-                s.proposed_at[j] += r->stats.proposed_at[j];
-                s.accepted_at[j] += r->stats.accepted_at[j];
-              }
-            }
+            if (rep == 0) cell.stats.Add(st);
           }
           cell.tok_s.push_back(toks / secs);
         }

@@ -211,21 +211,6 @@ struct VariantRun {
   spec::SpecStats stats;                     // summed over the prompts of the first rep
 };
 
-void AddStats(spec::SpecStats& into, const spec::SpecStats& s) {
-  into.rounds += s.rounds;
-  into.drafted += s.drafted;
-  into.accepted += s.accepted;
-  into.target_forwards += s.target_forwards;
-  if (into.proposed_at.size() < s.proposed_at.size()) {
-    into.proposed_at.resize(s.proposed_at.size());
-    into.accepted_at.resize(s.proposed_at.size());
-  }
-  for (size_t i = 0; i < s.proposed_at.size(); ++i) {
-    into.proposed_at[i] += s.proposed_at[i];
-    into.accepted_at[i] += s.accepted_at[i];
-  }
-}
-
 // Milliseconds per single-token draft forward after a `ctx`-token context: the cost a drafter
 // pays per proposed token, where the head's share shows.
 double DraftStepMs(const models::Model& m, backend::Backend& be, int ctx, int steps) {
@@ -321,7 +306,7 @@ void RunValidate(const TrimArgs& a) {
           auto r = runtime::Generate(*target.model, **be, *target.tok, encoded[p], params, 0,
                                      [](std::string_view) {}, drafters[v], so, &st);
           ThrowIfError(r.status());
-          if (rep == 0) AddStats(run.stats, st);
+          if (rep == 0) run.stats.Add(st);
           g = std::move(*r);
         }
         seconds += SecondsSince(t0);

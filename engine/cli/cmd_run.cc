@@ -18,7 +18,9 @@
 #include "engine/store/model_store.h"
 
 namespace lockstep::cli {
+namespace {
 
+// The prompt from --prompt-file, from stdin (--prompt - or a pipe), or from --prompt.
 std::string ReadPromptText(const std::string& prompt, const std::string& prompt_file) {
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
@@ -37,6 +39,8 @@ std::string ReadPromptText(const std::string& prompt, const std::string& prompt_
   }
   return prompt;
 }
+
+}  // namespace
 
 void RegisterRun(CLI::App& app) {
   struct Args {

@@ -152,7 +152,7 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
                              const DumpFn* dump) {
   const Config& c = model_.config();
   const Weights& w = bound_;
-  const int64_t d = c.n_embd, hd = c.head_dim, bs = layout_.block_size;
+  const int64_t hd = c.head_dim, bs = layout_.block_size;
 
   // The step's metadata: stacked tokens, positions, slots, block tables, logits rows.
   backend::StepMeta meta;
@@ -207,12 +207,15 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
   }
   RETURN_IF_ERROR(be_.BeginStep(meta));
 
+  // Named intermediates ("blk.3.attn_out"; layer -1: no prefix), downloaded only when dumped:
+  // the names are not even formed otherwise.
   std::vector<float> dump_buf;
-  auto emit = [&](const std::string& name, Tensor t) -> absl::Status {
+  auto emit = [&](int64_t layer, const char* name, Tensor t) -> absl::Status {
     if (dump == nullptr) return absl::OkStatus();
     dump_buf.resize(t.size());
     RETURN_IF_ERROR(be_.Download(dump_buf.data(), t.data, t.size() * sizeof(float)));
-    (*dump)(name, dump_buf.data(), t.rows, t.cols);
+    (*dump)(layer < 0 ? std::string(name) : absl::StrCat("blk.", layer, ".", name), dump_buf.data(),
+            t.rows, t.cols);
     return absl::OkStatus();
   };
 
@@ -223,15 +226,14 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
 
   RETURN_IF_ERROR(be_.Embed(w.tok_embd, x));
   if (c.embed_scale != 1.0f) RETURN_IF_ERROR(be_.Scale(x, c.embed_scale, x));
-  RETURN_IF_ERROR(emit("inp_embd", x));
+  RETURN_IF_ERROR(emit(-1, "inp_embd", x));
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = w.layers[il];
     const LayerConfig& lc = c.layers[il];
-    const std::string p = absl::StrCat("blk.", il, ".");
 
     RETURN_IF_ERROR(be_.RmsNorm(x, &l.attn_norm, c.norm_eps, h));
-    RETURN_IF_ERROR(emit(p + "attn_norm", h));
+    RETURN_IF_ERROR(emit(il, "attn_norm", h));
     RETURN_IF_ERROR(be_.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
     RETURN_IF_ERROR(be_.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
     RETURN_IF_ERROR(be_.MatMul(l.wv, h, v));
@@ -241,9 +243,9 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
     }
     RETURN_IF_ERROR(be_.Rope(q, c.n_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
     RETURN_IF_ERROR(be_.Rope(k, c.n_kv_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
-    RETURN_IF_ERROR(emit(p + "q", q));
-    RETURN_IF_ERROR(emit(p + "k", k));
-    RETURN_IF_ERROR(emit(p + "v", v));
+    RETURN_IF_ERROR(emit(il, "q", q));
+    RETURN_IF_ERROR(emit(il, "k", k));
+    RETURN_IF_ERROR(emit(il, "v", v));
 
     backend::AttentionParams ap;
     ap.scale = c.attn_scale;
@@ -251,22 +253,22 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
     ap.softcap = c.attn_softcap;
     RETURN_IF_ERROR(be_.KvWrite(layout_, k, v, kv_[il]));
     RETURN_IF_ERROR(be_.PagedAttention(q, layout_, kv_[il], c.n_head, c.n_kv_head, hd, ap, attn));
-    RETURN_IF_ERROR(emit(p + "kqv", attn));
+    RETURN_IF_ERROR(emit(il, "kqv", attn));
     RETURN_IF_ERROR(be_.MatMul(l.wo, attn, o));
     if (c.post_norms) RETURN_IF_ERROR(be_.RmsNorm(o, &l.post_attn_norm, c.norm_eps, o));
-    RETURN_IF_ERROR(emit(p + "attn_out", o));
+    RETURN_IF_ERROR(emit(il, "attn_out", o));
     RETURN_IF_ERROR(be_.Add(x, o, x));
 
     RETURN_IF_ERROR(be_.RmsNorm(x, &l.ffn_norm, c.norm_eps, h));
-    RETURN_IF_ERROR(emit(p + "ffn_norm", h));
+    RETURN_IF_ERROR(emit(il, "ffn_norm", h));
     RETURN_IF_ERROR(be_.MatMul(l.ffn_gate, h, gate));
     RETURN_IF_ERROR(be_.MatMul(l.ffn_up, h, up));
     RETURN_IF_ERROR(be_.Glu(gate, up, c.act, act));
     RETURN_IF_ERROR(be_.MatMul(l.ffn_down, act, o));
     if (c.post_norms) RETURN_IF_ERROR(be_.RmsNorm(o, &l.post_ffw_norm, c.norm_eps, o));
-    RETURN_IF_ERROR(emit(p + "ffn_out", o));
+    RETURN_IF_ERROR(emit(il, "ffn_out", o));
     RETURN_IF_ERROR(be_.Add(x, o, x));
-    RETURN_IF_ERROR(emit(p + "l_out", x));
+    RETURN_IF_ERROR(emit(il, "l_out", x));
   }
 
   logits->clear();
@@ -274,10 +276,10 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
     const Tensor sel = ws_.sel.Rows(0, R), out = ws_.logits.Rows(0, R);
     RETURN_IF_ERROR(be_.GatherRows(x, sel));
     RETURN_IF_ERROR(be_.RmsNorm(sel, &w.output_norm, c.norm_eps, sel));
-    RETURN_IF_ERROR(emit("result_norm", sel));
+    RETURN_IF_ERROR(emit(-1, "result_norm", sel));
     RETURN_IF_ERROR(be_.MatMul(w.output, sel, out));
     if (c.final_softcap > 0.0f) RETURN_IF_ERROR(be_.Softcap(out, c.final_softcap));
-    RETURN_IF_ERROR(emit("result_output", out));
+    RETURN_IF_ERROR(emit(-1, "result_output", out));
     const int64_t n_out = w.output.rows;
     if (w.output_ids.empty()) {
       logits->resize(R * n_out);

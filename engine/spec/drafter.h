@@ -69,6 +69,21 @@ struct SpecStats {
   double mean_accepted_length() const {  // tokens emitted per target forward
     return target_forwards > 0 ? static_cast<double>(accepted + rounds) / target_forwards : 0;
   }
+  // Sums `o` into this (per-position counters grow to the longer of the two).
+  void Add(const SpecStats& o) {
+    rounds += o.rounds;
+    drafted += o.drafted;
+    accepted += o.accepted;
+    target_forwards += o.target_forwards;
+    if (proposed_at.size() < o.proposed_at.size()) {
+      proposed_at.resize(o.proposed_at.size());
+      accepted_at.resize(o.proposed_at.size());
+    }
+    for (size_t i = 0; i < o.proposed_at.size(); ++i) {
+      proposed_at[i] += o.proposed_at[i];
+      accepted_at[i] += o.accepted_at[i];
+    }
+  }
 };
 
 // A smaller model sharing the target's tokenizer (vocab identity is checked: the same token
