@@ -1,14 +1,17 @@
 // Quantized matmul, two routes with one per-element reduction order (matmul.h states it).
 //
-// Decode route (MatmulDecodeKernel): a warp owns 4 weight rows; lane = 8 * row_in_warp + class.
-// Per step the warp stages S groups of 256 elements (8 chunks) of its 4 rows into shared memory
-// with wide loads, then each lane decodes chunk `class` of each group into 32 floats (registers)
-// and runs the fma chain for up to 8 tokens. Class sums meet in a shuffle tree (xor 4, 2, 1).
+// Decode route (MatmulDecodeKernel, T <= 8): a warp owns 4 * R rows (R = 1, 2 or 4 by shape);
+// lane = 8 * slice + class runs the class chains of R rows, so each activation load serves R
+// rows. Weights stream into a per-warp ring of shared-memory slots by cp.async, 3 steps ahead.
+// Each lane decodes its chunk 8 elements at a time and runs the fma chains for up to 8 tokens.
+// Class sums meet in a shuffle tree (xor 4, 2, 1).
 // Tiled route (MatmulTiledKernel): a CTA owns 64 rows x 32 tokens; warp g is class g. Per group
 // of 256 elements the CTA stages and decodes the 64 rows' weights into shared memory (transposed,
 // float) and the 32 tokens' activations; warp g runs chunk g's 32 fmas for its 8x8 micro-tile
 // per lane. Class sums go through shared memory into the same tree.
 #include "kernels/matmul.h"
+
+#include <cuda_fp16.h>
 
 #include "engine/quant/blocks.h"
 #include "engine/quant/decode.h"
@@ -251,10 +254,6 @@ struct WT<(uint32_t)q::Type::NVFP4> {
 template <uint32_t kType>
 constexpr int kGroupBytes = kGroup / WT<kType>::kBE * WT<kType>::kBB;
 
-// Groups staged per decode-warp step: enough bytes in flight, bounded registers.
-template <uint32_t kType>
-constexpr int kStageGroups = 1152 / kGroupBytes<kType> < 1 ? 1 : (1152 / kGroupBytes<kType> > 8 ? 8 : 1152 / kGroupBytes<kType>);
-
 // The fixed class tree over a[0..7].
 LS_DEV float ClassTree(const float* a) {
   return __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
@@ -272,125 +271,300 @@ template <> struct UnitT<2> { using T = uint16_t; };
 
 // ---------------------------------------------------------------------------------------------
 // Decode route.
-constexpr int kDecRowsPerWarp = 4, kDecWarps = 4, kDecTT = 8;
-constexpr size_t kDecXsMaxBytes = 96 * 1024;  // x row in shared memory up to 24576 columns
+//
+// A warp owns kDecSlices * kR consecutive weight rows; lane = 8 * slice + class, and the lane runs
+// the class chains of rows slice * kR .. slice * kR + kR - 1 (kR independent chains per lane,
+// each token). All kR rows of a lane are at the same chunk at any time, so the lane loads that
+// chunk's activations once (8 elements at a time, through L1) and uses them for kR rows.
+// Weights reach shared memory through a per-warp ring of kDecStages slots filled with cp.async
+// (16-byte cp.async.cg when every step is 16-byte aligned, else the widest unit that divides the
+// row layout), kDecStages - 1 steps ahead of the one being computed; no CTA-wide barrier.
+// Decoding is per type (DecFrag): Q4_K and Q8_0 read their raw bytes with vector shared loads
+// and build each weight with the exact operations of DecodeBlock (see DecFrag below); the other
+// types run WT<kType>::Decode on the staged group.
+constexpr int kDecTT = 8;       // tokens per decode CTA (grid.y tiles T)
+constexpr int kDecStages = 4;   // ring depth per warp
+constexpr int kDecSlices = 4;   // row slices per warp (lane = 8 * slice + class)
+constexpr int kDecMaxWarpSmem = 72 * 1024;
 
-// Shared-memory layout of the decode kernel (dynamic): per warp 4 staged rows of kRowPad bytes
-// (the step's bytes rounded up to 16, plus 16 so the 4 rows start on different banks), then for
-// T = 1 the activation row with each 32-float chunk padded to 36 floats, so the 8 classes'
-// 16-byte reads of their chunks fall in 8 different bank quads (no 8-way conflict).
-constexpr int kXsChunkStride = 36;
+constexpr int StageAlign(int gb) {
+  for (int s = 1; s <= 16; ++s)
+    if ((s * gb) % 16 == 0) return s;
+  return 16;
+}
+// Groups per ring step: about 2.3 KB per warp and step, a multiple of the 16-byte alignment.
+constexpr int DecStageGroups(int gb, int r) {
+  const int a = StageAlign(gb);
+  int s = 2304 / (kDecSlices * r * gb) / a * a;
+  if (s < a) s = a;
+  if (s > 8 && a < 8) s = 8 / a * a;
+  return s;
+}
+
+template <uint32_t kType, int kR>
+struct DecGeom {
+  static constexpr int kGB = kGroupBytes<kType>;
+  static constexpr int kS = DecStageGroups(kGB, kR);
+  static constexpr int kRows = kDecSlices * kR;                     // rows per warp
+  static constexpr int kStepBytes = kS * kGB;                       // per row and step
+  static constexpr int kRowPad = (kStepBytes + 15) / 16 * 16 + 16;  // +16: rows on other banks
+  static constexpr int kSlotBytes = kRows * kRowPad;
+  static constexpr int kWarpSmem = kDecStages * kSlotBytes;
+  static constexpr int kU16 = kStepBytes / 16;                      // 16-byte units per row-step
+  static constexpr int kCopies = (kRows * kU16 + 31) / 32;          // per lane, fast path
+  static_assert(kCopies <= 64, "fast-path copy mask");
+};
+
+LS_DEV float H2F(uint32_t h16) { return __half2float(__ushort_as_half((unsigned short)h16)); }
+
+// 2^23 + byte b of v, as a float (one PRMT): bytes (v.b, 0, 0, 0x4B).
+template <int kB>
+LS_DEV float MagicByte(uint32_t v) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | kB));
+}
+
+// Per-lane chunk fragment: Load(group, class) reads what the lane needs of its chunk from the
+// staged group; Quarter<q>(w) produces elements 8q .. 8q+7, bit-identical to DecodeBlock.
 template <uint32_t kType>
-constexpr int kDecRowPad = (kStageGroups<kType> * kGroupBytes<kType> + 15) / 16 * 16 + 16;
+struct DecFrag {
+  float v[32];
+  LS_DEV void Load(const uint8_t* g, int cls) { WT<kType>::Decode(g, cls, v); }
+  template <int kQ>
+  LS_DEV void Quarter(float (&w)[8]) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w[e] = v[8 * kQ + e];
+  }
+};
 
-template <uint32_t kType, int kUnit, int kTT, bool kXS>
-__global__ void __launch_bounds__(kDecWarps * 32)
+// Q4_K: value = (d * sc) * q - (dmin * m), each product rounded (DecodeBlockQ4_K). d and dmin are
+// binary16, sc and m < 64, so d * sc and dmin * m are exact in binary32 (at most 17 significant
+// bits), and (d * sc) * q with q < 16 is exact too (21 bits); so the decoder's
+// round(round(dl * q) - ml) equals the single rounding fma(dl, q, -ml), Inf/NaN included (NaN
+// payloads aside). q comes from the magic float 2^23 + q minus 2^23 (exact); for the high nibble
+// the masked byte is 16 q and dl / 16 (exact: a power of two, dl >= 2^-24) takes its place.
+template <>
+struct DecFrag<(uint32_t)q::Type::Q4_K> {
+  float dls, nml;
+  uint32_t mask;
+  uint32_t qw[8];
+  LS_DEV void Load(const uint8_t* g, int cls) {
+    const uint4 h = *reinterpret_cast<const uint4*>(g);  // d, dmin | scales[0..11]
+    const float d = H2F(h.x & 0xFFFFu), dmin = H2F(h.x >> 16);
+    const int sh = 8 * (cls & 3);
+    const uint32_t A = (h.y >> sh) & 0xFFu, B = (h.z >> sh) & 0xFFu, C = (h.w >> sh) & 0xFFu;
+    // ScaleMinK4: j < 4: (q[j] & 63, q[j+4] & 63); else ((q[j+4] & 15) | (q[j-4] >> 6) << 4,
+    // (q[j+4] >> 4) | (q[j] >> 6) << 4), with q[j] = byte j of the 12 scale bytes.
+    const uint32_t sc = cls < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
+    const uint32_t m = cls < 4 ? (B & 63u) : ((C >> 4) | ((B >> 2) & 48u));
+    const float dl = __fmul_rn(d, SmallIntToF<0>(sc));
+    const float ml = __fmul_rn(dmin, SmallIntToF<0>(m));
+    dls = (cls & 1) ? __fmul_rn(dl, 0.0625f) : dl;
+    nml = -ml;
+    mask = (cls & 1) ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+    const uint4* qp = reinterpret_cast<const uint4*>(g + 16 + 32 * (cls / 2));
+    const uint4 a = qp[0], b = qp[1];
+    qw[0] = a.x, qw[1] = a.y, qw[2] = a.z, qw[3] = a.w;
+    qw[4] = b.x, qw[5] = b.y, qw[6] = b.z, qw[7] = b.w;
+  }
+  template <int kQ>
+  LS_DEV void Quarter(float (&w)[8]) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t v = qw[2 * kQ + i] & mask;
+      w[4 * i + 0] = __fmaf_rn(dls, __fsub_rn(MagicByte<0>(v), 8388608.0f), nml);
+      w[4 * i + 1] = __fmaf_rn(dls, __fsub_rn(MagicByte<1>(v), 8388608.0f), nml);
+      w[4 * i + 2] = __fmaf_rn(dls, __fsub_rn(MagicByte<2>(v), 8388608.0f), nml);
+      w[4 * i + 3] = __fmaf_rn(dls, __fsub_rn(MagicByte<3>(v), 8388608.0f), nml);
+    }
+  }
+};
+
+// Q8_0: value = q * d (DecodeBlockQ8_0). The 34-byte block of class c starts 2 bytes past a
+// 4-byte boundary when c is odd: the lane reads the 9 aligned words around it and realigns the
+// quants with one PRMT per word; q ^ 0x80 in the magic float gives 2^23 + 128 + q exactly.
+template <>
+struct DecFrag<(uint32_t)q::Type::Q8_0> {
+  float d;
+  uint32_t qw[8];
+  LS_DEV void Load(const uint8_t* g, int cls) {
+    const int odd = cls & 1;
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(g + 34 * cls - 2 * odd);
+    uint32_t W[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) W[k] = p[k];
+    d = H2F(odd ? (W[0] >> 16) : (W[0] & 0xFFFFu));
+    const uint32_t sel = odd ? 0x7654u : 0x5432u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qw[i] = __byte_perm(W[i], W[i + 1], sel) ^ 0x80808080u;
+  }
+  template <int kQ>
+  LS_DEV void Quarter(float (&w)[8]) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t v = qw[2 * kQ + i];
+      w[4 * i + 0] = __fmul_rn(__fsub_rn(MagicByte<0>(v), 8388736.0f), d);
+      w[4 * i + 1] = __fmul_rn(__fsub_rn(MagicByte<1>(v), 8388736.0f), d);
+      w[4 * i + 2] = __fmul_rn(__fsub_rn(MagicByte<2>(v), 8388736.0f), d);
+      w[4 * i + 3] = __fmul_rn(__fsub_rn(MagicByte<3>(v), 8388736.0f), d);
+    }
+  }
+};
+
+LS_DEV void CpAsync16(void* dst, const void* src) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+template <int kN>
+LS_DEV void CpAsyncCa(void* dst, const void* src) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(kN) : "memory");
+}
+LS_DEV void CpCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kN>
+LS_DEV void CpWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
+
+// unit: bytes per copy (16, 8, 4 or 2) dividing w's address, row_bytes, the step and the row's
+// last step; fast (unit == 16): full steps take precomputed per-lane offsets.
+template <uint32_t kType, int kTT, int kR>
+__global__ void __launch_bounds__(128)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                        const float* __restrict__ x, int64_t T, float* __restrict__ y,
-                       float w_scale) {
-  using U = typename UnitT<kUnit>::T;
-  constexpr int kGB = kGroupBytes<kType>;
-  constexpr int kS = kStageGroups<kType>;
-  constexpr int kRowStage = kS * kGB;                       // bytes of one row per step
-  constexpr int kUnitsPerRow = kRowStage / kUnit;           // when the whole step is present
-  constexpr int kMaxUnitsPerLane = (kDecRowsPerWarp * kUnitsPerRow + 31) / 32;
-  constexpr int kRowPad = kDecRowPad<kType>;
+                       float w_scale, int unit) {
+  using G = DecGeom<kType, kR>;
   extern __shared__ __align__(16) uint8_t dyn_smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int cls = lane % kClasses, rw = lane / kClasses;
-  const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + warp) * kDecRowsPerWarp;
+  const int cls = lane % kClasses, sl = lane / kClasses;
+  const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + warp) * G::kRows;
+  if (row0 >= rows) return;  // whole warp
+  const int rows_here = (int)Min64(G::kRows, rows - row0);
   const int64_t t0 = (int64_t)blockIdx.y * kTT;
   const int n_tok = (int)Min64(kTT, T - t0);
   const int64_t n_chunks = cols / kChunk;
   const int64_t n_groups = (n_chunks + kClasses - 1) / kClasses;
+  const int64_t n_steps = (n_groups + G::kS - 1) / G::kS;
+  const int64_t full_steps = cols / ((int64_t)G::kS * kGroup);
+  uint8_t* ring = dyn_smem + (size_t)warp * G::kWarpSmem;
+  const uint8_t* wrow = w + row0 * row_bytes;
 
-  uint8_t* stage = dyn_smem + (size_t)warp * kDecRowsPerWarp * kRowPad;  // [4][kRowPad]
-  // kXS (T = 1): the token's x row in shared memory, chunk c at c * 36 floats, loaded once.
-  float* xs_dyn = reinterpret_cast<float*>(dyn_smem + (size_t)(blockDim.x / 32) * kDecRowsPerWarp * kRowPad);
-  if constexpr (kXS) {
-    const float4* src = reinterpret_cast<const float4*>(x + t0 * cols);
-    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-      *reinterpret_cast<float4*>(xs_dyn + (i / 8) * kXsChunkStride + (i % 8) * 4) = __ldg(src + i);
-    }
-    __syncthreads();
+  // Fast path: this lane's 16-byte copies of a full step, as offsets from the step's start.
+  int64_t src_off[G::kCopies];
+  uint32_t dst_off[G::kCopies];
+  uint64_t ok = 0;  // kCopies <= 64 (Q6_K, 4 rows per lane: 53)
+#pragma unroll
+  for (int k = 0; k < G::kCopies; ++k) {
+    const int i = lane + 32 * k;
+    const int r = i / (G::kU16 > 0 ? G::kU16 : 1), u = i - r * (G::kU16 > 0 ? G::kU16 : 1);
+    src_off[k] = (int64_t)r * row_bytes + 16 * u;
+    dst_off[k] = (uint32_t)(r * G::kRowPad + 16 * u);
+    if (i < G::kRows * G::kU16 && r < rows_here) ok |= 1ull << k;
   }
 
-  float acc[kTT];
+  auto issue = [&](int64_t step, int slot) {
+    uint8_t* dst = ring + slot * G::kSlotBytes;
+    const uint8_t* src = wrow + step * G::kStepBytes;
+    if (unit == 16 && step < full_steps) {
 #pragma unroll
-  for (int t = 0; t < kTT; ++t) acc[t] = 0.0f;
-
-  // Bytes of the step starting at group g0 within a row (the last step may be short).
-  auto step_bytes = [&](int64_t g0) -> int {
-    const int64_t elems = Min64((int64_t)kS * kGroup, cols - g0 * kGroup);
-    return (int)(elems / WT<kType>::kBE * WT<kType>::kBB);
-  };
-  U pre[kMaxUnitsPerLane];
-  auto load = [&](int64_t g0) {
-    const int units = step_bytes(g0) / kUnit;
-#pragma unroll
-    for (int k = 0; k < kMaxUnitsPerLane; ++k) {
-      const int i = lane + 32 * k;
-      const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
-      if (r < kDecRowsPerWarp && u < units && row0 + r < rows) {
-        const uint8_t* src = w + (row0 + r) * row_bytes + g0 * kGB + (int64_t)u * kUnit;
-        pre[k] = __ldg(reinterpret_cast<const U*>(src));
-      }
+      for (int k = 0; k < G::kCopies; ++k)
+        if (ok & (1ull << k)) CpAsync16(dst + dst_off[k], src + src_off[k]);
+      return;
     }
-  };
-  auto store = [&](int64_t g0) {
-    const int units = step_bytes(g0) / kUnit;
-#pragma unroll
-    for (int k = 0; k < kMaxUnitsPerLane; ++k) {
-      const int i = lane + 32 * k;
-      const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
-      if (r < kDecRowsPerWarp && u < units && row0 + r < rows) {
-        *reinterpret_cast<U*>(stage + r * kRowPad + u * kUnit) = pre[k];
+    const int64_t elems = Min64((int64_t)G::kS * kGroup, cols - step * G::kS * kGroup);
+    const int bytes = (int)(elems / WT<kType>::kBE * WT<kType>::kBB);
+    for (int r = 0; r < rows_here; ++r) {
+      uint8_t* d = dst + r * G::kRowPad;
+      const uint8_t* s = src + r * row_bytes;
+      switch (unit) {
+        case 16:
+          for (int b = 16 * lane; b < bytes; b += 32 * 16) CpAsync16(d + b, s + b);
+          break;
+        case 8:
+          for (int b = 8 * lane; b < bytes; b += 32 * 8) CpAsyncCa<8>(d + b, s + b);
+          break;
+        case 4:
+          for (int b = 4 * lane; b < bytes; b += 32 * 4) CpAsyncCa<4>(d + b, s + b);
+          break;
+        default:
+          for (int b = 2 * lane; b < bytes; b += 32 * 2)
+            *reinterpret_cast<uint16_t*>(d + b) = __ldg(reinterpret_cast<const unsigned short*>(s + b));
+          break;
       }
     }
   };
 
-  if (row0 < rows) load(0);
-  for (int64_t g0 = 0; g0 < n_groups; g0 += kS) {
+  float acc[kR][kTT];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int t = 0; t < kTT; ++t) acc[r][t] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kDecStages - 1; ++s) {
+    if (s < n_steps) issue(s, s);
+    CpCommit();
+  }
+  const float* xl = x + t0 * cols;
+  for (int64_t step = 0; step < n_steps; ++step) {
+    const int64_t nxt = step + kDecStages - 1;
+    if (nxt < n_steps) issue(nxt, (int)(nxt % kDecStages));
+    CpCommit();
+    CpWait<kDecStages - 1>();
     __syncwarp();
-    if (row0 < rows) store(g0);
-    __syncwarp();
-    if (row0 < rows && g0 + kS < n_groups) load(g0 + kS);
+    const uint8_t* slot = ring + (int)(step % kDecStages) * G::kSlotBytes + sl * kR * G::kRowPad;
+#pragma unroll 1
+    for (int s = 0; s < G::kS; ++s) {
+      const int64_t c = (step * G::kS + s) * kClasses + cls;
+      if (c < n_chunks) {
+        DecFrag<kType> f[kR];
 #pragma unroll
-    for (int s = 0; s < kS; ++s) {
-      const int64_t c = (g0 + s) * kClasses + cls;
-      if (c < n_chunks && row0 + rw < rows) {
-        float wv[32];
-        WT<kType>::Decode(stage + rw * kRowPad + s * kGB, cls, wv);
+        for (int r = 0; r < kR; ++r) f[r].Load(slot + r * G::kRowPad + s * G::kGB, cls);
+        const float* xc = xl + c * kChunk;
 #pragma unroll
-        for (int t = 0; t < kTT; ++t) {
-          if (t < n_tok) {
-            const float4* xp = kXS ? reinterpret_cast<const float4*>(xs_dyn + c * kXsChunkStride)
-                                   : reinterpret_cast<const float4*>(x + (t0 + t) * cols + c * kChunk);
-            float a = acc[t];
+        for (int qd = 0; qd < 4; ++qd) {
+          float wq[kR][8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const float4 xv = kXS ? xp[i] : __ldg(xp + i);
-              a = __fmaf_rn(wv[4 * i], xv.x, a);
-              a = __fmaf_rn(wv[4 * i + 1], xv.y, a);
-              a = __fmaf_rn(wv[4 * i + 2], xv.z, a);
-              a = __fmaf_rn(wv[4 * i + 3], xv.w, a);
+          for (int r = 0; r < kR; ++r) {
+            switch (qd) {
+              case 0: f[r].template Quarter<0>(wq[r]); break;
+              case 1: f[r].template Quarter<1>(wq[r]); break;
+              case 2: f[r].template Quarter<2>(wq[r]); break;
+              default: f[r].template Quarter<3>(wq[r]); break;
             }
-            acc[t] = a;
+          }
+#pragma unroll
+          for (int t = 0; t < kTT; ++t) {
+            if (kTT == 1 || t < n_tok) {
+              const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
+              const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+              const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+              for (int r = 0; r < kR; ++r) {
+                float a = acc[r][t];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a = __fmaf_rn(wq[r][e], xv[e], a);
+                acc[r][t] = a;
+              }
+            }
           }
         }
       }
     }
+    __syncwarp();
   }
+  CpWait<0>();
   // Tree over the 8 classes of a row: xor 4 gives a0+a4 on lane 0 (a4+a0 on lane 4: the same
   // value), xor 2 then xor 1 complete ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)).
 #pragma unroll
-  for (int t = 0; t < kTT; ++t) {
-    float v = acc[t];
-    v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 4));
-    v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
-    v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
-    if (cls == 0 && t < n_tok && row0 + rw < rows) y[(t0 + t) * rows + row0 + rw] = __fmul_rn(v, w_scale);
+  for (int r = 0; r < kR; ++r) {
+#pragma unroll
+    for (int t = 0; t < kTT; ++t) {
+      float v = acc[r][t];
+      v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 4));
+      v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+      v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+      const int rr = sl * kR + r;
+      if (cls == 0 && t < n_tok && rr < rows_here) y[(t0 + t) * rows + row0 + rr] = __fmul_rn(v, w_scale);
+    }
   }
 }
 
@@ -528,6 +702,72 @@ int PickUnit(const void* w, int64_t row_bytes, int64_t tail_bytes, int group_byt
   return 2;
 }
 
+int SmCount() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1) v = 132;
+    return v;
+  }();
+  return n;
+}
+
+template <uint32_t kType, int kTT, int kR>
+cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t row_bytes,
+                          const float* x, int64_t T, float* y, float w_scale, cudaStream_t stream) {
+  using G = DecGeom<kType, kR>;
+  // Copy unit: divides the base address, the row stride, a full step and the row's last step.
+  const int unit = PickUnit(w, row_bytes, row_bytes % G::kStepBytes, G::kStepBytes);
+  const int64_t warps = (rows + G::kRows - 1) / G::kRows;
+  // Warps per CTA: small CTAs spread a small launch over all SMs; shared memory per warp is
+  // G::kWarpSmem (the CTA has no barrier, so the CTA size changes nothing but placement).
+  int nw = warps >= 16LL * SmCount() ? 4 : (warps >= 8LL * SmCount() ? 2 : 1);
+  while (nw > 1 && (size_t)nw * G::kWarpSmem > 200 * 1024) nw /= 2;
+  const size_t smem = (size_t)nw * G::kWarpSmem;
+  if (smem > 48 * 1024) {
+    static int attr_bytes = 0;
+    if ((int)smem > attr_bytes) {
+      const cudaError_t ea = cudaFuncSetAttribute(MatmulDecodeKernel<kType, kTT, kR>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+      if (ea != cudaSuccess) return ea;
+      attr_bytes = (int)smem;
+    }
+  }
+  const dim3 grid((unsigned)((warps + nw - 1) / nw), (unsigned)((T + kTT - 1) / kTT));
+  MatmulDecodeKernel<kType, kTT, kR><<<grid, nw * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y,
+                                                                       w_scale, unit);
+  return cudaGetLastError();
+}
+
+// Rows per lane: r_force when the caller forces it (the check tool), else by row count (measured
+// on the H200, Q4_K T = 1: 14336 rows best at 4, 4096 rows at 2, 1024 rows at 1): 4 when that
+// still gives every SM 6 warps, 2 when it gives 3, else 1; within the per-warp shared-memory
+// budget; types decoded by WT<>::Decode hold 32 floats per row and stop at 2.
+template <uint32_t kType>
+cudaError_t LaunchDecode(const uint8_t* w, int64_t rows, int64_t cols, int64_t row_bytes, const float* x,
+                         int64_t T, float* y, float w_scale, int r_force, cudaStream_t stream) {
+  constexpr bool kFast = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q8_0;
+  int r = r_force;
+  if (r == 0) {
+    const int64_t sms = SmCount();
+    r = 1;
+    if (kFast && DecGeom<kType, 4>::kWarpSmem <= kDecMaxWarpSmem / 2 && (rows + 15) / 16 >= 6 * sms) {
+      r = 4;
+    } else if (DecGeom<kType, 2>::kWarpSmem <= kDecMaxWarpSmem / 2 && (rows + 7) / 8 >= 3 * sms) {
+      r = 2;
+    }
+  }
+#define LS_DR(TT, R) return LaunchDecodeR<kType, TT, R>(w, rows, cols, row_bytes, x, T, y, w_scale, stream)
+  if (T == 1) {
+    if (r == 4) LS_DR(1, 4);
+    if (r == 2) LS_DR(1, 2);
+    LS_DR(1, 1);
+  }
+  if (r == 4) LS_DR(kDecTT, 4);
+  if (r == 2) LS_DR(kDecTT, 2);
+  LS_DR(kDecTT, 1);
+#undef LS_DR
+}
+
 template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MatmulRoute route, cudaStream_t stream) {
@@ -537,58 +777,13 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   const int64_t tail_bytes = row_bytes % kGB;
   const int unit = PickUnit(w, row_bytes, tail_bytes, kGB);
   if (route == MatmulRoute::kAuto) route = T <= kDecTT ? MatmulRoute::kDecode : MatmulRoute::kTiled;
-  if (route == MatmulRoute::kDecode) {
-    // The decode step stages kS groups; a short last step must also be a whole number of units.
-    const int64_t step_tail = row_bytes % ((int64_t)kStageGroups<kType> * kGB);
-    const int u = (step_tail % unit == 0) ? unit : PickUnit(w, row_bytes, step_tail, kGB);
-    // Warps per CTA: 4, unless that leaves fewer than two CTAs per SM (132 on an H200); small
-    // matrices then spread over more SMs. Rows map to warps the same way at any CTA size.
-    const int nw = rows / 16 >= 264 ? 4 : (rows / 8 >= 264 ? 2 : 1);
-    const int rows_per_cta = nw * kDecRowsPerWarp;
-    const dim3 grid((unsigned)((rows + rows_per_cta - 1) / rows_per_cta), (unsigned)((T + kDecTT - 1) / kDecTT));
-    const dim3 block(nw * 32);
-#define LS_DEC(U, TT, XS)                                                                           \
-  do {                                                                                              \
-    const size_t xs_bytes = (size_t)nw * kDecRowsPerWarp * kDecRowPad<kType> +                       \
-                            (XS ? (size_t)cols / kChunk * kXsChunkStride * 4 : 0);                  \
-    if (xs_bytes > 48 * 1024) {                                                                     \
-      static bool attr_set = false;                                                                 \
-      if (!attr_set) {                                                                              \
-        const cudaError_t ea = cudaFuncSetAttribute(                                                \
-            MatmulDecodeKernel<kType, U, TT, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-            (int)(kDecWarps * kDecRowsPerWarp * kDecRowPad<kType> + kDecXsMaxBytes / 32 * kXsChunkStride)); \
-        if (ea != cudaSuccess) return ea;                                                           \
-        attr_set = true;                                                                            \
-      }                                                                                             \
-    }                                                                                               \
-    MatmulDecodeKernel<kType, U, TT, XS><<<grid, block, xs_bytes, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale); \
-  } while (0)
-    // T == 1: the token's activations go to shared memory once per CTA (no dependent global
-    // loads inside the fma chain); T > 1 reads them through L1 (8 rows of x need not fit).
-    if (T == 1 && (size_t)cols * 4 <= kDecXsMaxBytes) {
-      switch (u) {
-        case 16: LS_DEC(16, 1, true); break;
-        case 8: LS_DEC(8, 1, true); break;
-        case 4: LS_DEC(4, 1, true); break;
-        default: LS_DEC(2, 1, true); break;
-      }
-    } else if (T == 1) {
-      switch (u) {
-        case 16: LS_DEC(16, 1, false); break;
-        case 8: LS_DEC(8, 1, false); break;
-        case 4: LS_DEC(4, 1, false); break;
-        default: LS_DEC(2, 1, false); break;
-      }
-    } else {
-      switch (u) {
-        case 16: LS_DEC(16, kDecTT, false); break;
-        case 8: LS_DEC(8, kDecTT, false); break;
-        case 4: LS_DEC(4, kDecTT, false); break;
-        default: LS_DEC(2, kDecTT, false); break;
-      }
-    }
-#undef LS_DEC
-    return cudaGetLastError();
+  if (route != MatmulRoute::kTiled) {
+    int r_force = 0;
+    if (route == MatmulRoute::kDecodeRows1) r_force = 1;
+    if (route == MatmulRoute::kDecodeRows2) r_force = 2;
+    if (route == MatmulRoute::kDecodeRows4) r_force = 4;
+    if (route != MatmulRoute::kDecode && r_force == 0) return cudaErrorInvalidValue;
+    return LaunchDecode<kType>(w, rows, cols, row_bytes, x, T, y, w_scale, r_force, stream);
   }
   const dim3 grid((unsigned)((rows + kBM - 1) / kBM), (unsigned)((T + kBN - 1) / kBN));
   constexpr size_t smem = TiledSmemBytes<kType>();

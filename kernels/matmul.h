@@ -6,7 +6,7 @@
 // order, each chunk's 32 elements in increasing order, as acc = fma(w_k, x_k, acc) starting from
 // 0, where w_k is the dequantized weight bit-identical to engine/quant/decode.h. The 8 class sums
 // are combined by the fixed tree ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)); y = sum * w_scale.
-// Both routes below (a warp-per-4-rows decode kernel and a shared-memory tiled kernel) compute
+// Both routes below (a warp-per-rows decode kernel and a shared-memory tiled kernel) compute
 // exactly this, so every output element has the same bits for any T and either route.
 #pragma once
 
@@ -20,7 +20,13 @@ enum class MatmulRoute : int {
   kAuto = 0,    // decode for T <= 8, tiled otherwise
   kDecode = 1,  // warp-per-rows GEMV-style kernel (token tiles of 8)
   kTiled = 2,   // 64 x 32 shared-memory tiles
+  // The decode route with its rows-per-lane mapping forced (1, 2 or 4 rows per lane instead of
+  // the launcher's choice by shape), for the check tool to prove every mapping gives the same bits.
+  kDecodeRows1 = 3,
+  kDecodeRows2 = 4,
+  kDecodeRows4 = 5,
 };
+#define LOCKSTEP_MATMUL_DECODE_ROWS_ROUTES 1
 
 // True for the weight types this kernel implements: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K,
 // Q5_K, Q6_K, IQ4_XS, NVFP4 (ggml type ids, engine/quant/types.h).

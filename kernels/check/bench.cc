@@ -23,6 +23,10 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 }
 
 void Bench() {
+  // LOCKSTEP_BENCH=decode: only the copy ceiling and the decode-route matmuls (T <= 8), with
+  // every forced rows-per-lane mapping per matrix.
+  const char* mode_env = std::getenv("LOCKSTEP_BENCH");
+  const bool decode_only = mode_env != nullptr && std::strcmp(mode_env, "decode") == 0;
   std::printf("\n== bench (device: ");
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -58,7 +62,7 @@ void Bench() {
   }
   // 2. Paged attention at the Llama-3-8B layer shape: 32 heads, 8 KV heads, head_dim 128, f16
   //    K and V, blocks of 16 tokens.
-  {
+  if (!decode_only) {
     const int n_head = 32, n_kv = 8, D = 128, bs = 16;
     const int64_t kv_dim = (int64_t)n_kv * D;
     struct Case { const char* name; int n_seq, seq_len, q_len; };
@@ -129,7 +133,8 @@ void Bench() {
     }
     Dev<uint8_t> wh(bytes_of(head));
     FillQuantWeights(wh, ty);
-    for (int64_t T : {1, 2048}) {
+    const std::vector<int64_t> bench_ts = decode_only ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{1, 8, 2048};
+    for (int64_t T : bench_ts) {
       Dev<float> x(T * 14336), y(T * 128256);
       {
         std::vector<float> hx = RandVec(T * 14336);
@@ -143,12 +148,25 @@ void Bench() {
         auto [ms, spread] = time_ms([&] {
           CK(lk::LaunchMatmul((uint32_t)ty, ws[copy][i]->p, m.rows, m.cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
           copy = (copy + 1) % n_copies;
-        }, T == 1 ? 50 : 5);
+        }, T <= 8 ? 50 : 5);
         total_ms += ms;
         const double gb = bytes_of(m) / 1e9;
         const double tflops = 2.0 * T * m.rows * m.cols / (ms * 1e-3) / 1e12;
         std::printf("  %-22s %9.4f ms (spread %.4f)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s\n",
                     m.name, ms, spread, gb / (ms * 1e-3), 100.0 * gb / (ms * 1e-3) / copy_gbs, tflops);
+#ifdef LOCKSTEP_MATMUL_DECODE_ROWS_ROUTES
+        if (decode_only) {
+          const lk::MatmulRoute forced[3] = {lk::MatmulRoute::kDecodeRows1, lk::MatmulRoute::kDecodeRows2, lk::MatmulRoute::kDecodeRows4};
+          for (int fr = 0; fr < 3; ++fr) {
+            auto [fms, fspread] = time_ms([&] {
+              CK(lk::LaunchMatmul((uint32_t)ty, ws[copy][i]->p, m.rows, m.cols, x.p, T, y.p, 1.0f, forced[fr], 0));
+              copy = (copy + 1) % n_copies;
+            }, 30);
+            std::printf("    rows/lane %d           %9.4f ms (spread %.4f)  %5.1f%% of wall\n", 1 << fr, fms, fspread,
+                        100.0 * gb / (fms * 1e-3) / copy_gbs);
+          }
+        }
+#endif
       }
       // The whole layer set as one CUDA graph (7 launches), both copies alternating.
       cudaStream_t st;
@@ -164,7 +182,7 @@ void Bench() {
         CK(cudaGraphInstantiate(&execs[c], graphs[c], 0));
       }
       std::vector<double> ts;
-      for (int rep = 0; rep < (T == 1 ? 60 : 6); ++rep) {
+      for (int rep = 0; rep < (T <= 8 ? 60 : 6); ++rep) {
         CK(cudaEventRecord(e0, st));
         CK(cudaGraphLaunch(execs[rep % n_copies], st));
         CK(cudaEventRecord(e1, st));
@@ -186,10 +204,10 @@ void Bench() {
         cudaGraphDestroy(graphs[c]);
       }
       cudaStreamDestroy(st);
-      {
+      if (!decode_only || T == 1 || T == 8) {
         auto [ms, spread] = time_ms([&] {
           CK(lk::LaunchMatmul((uint32_t)ty, wh.p, head.rows, head.cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
-        }, T == 1 ? 30 : 3);
+        }, T <= 8 ? 30 : 3);
         const double gb = bytes_of(head) / 1e9;
         std::printf("  %-22s %9.4f ms (spread %.4f)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s\n",
                     head.name, ms, spread, gb / (ms * 1e-3), 100.0 * gb / (ms * 1e-3) / copy_gbs,

@@ -23,6 +23,7 @@ void CheckMatmul(bool quick) {
     // (rows, cols): odd row counts, cols not a multiple of 256 where the block allows it.
     std::vector<std::pair<int64_t, int64_t>> dims = {{1, bs}, {37, bs * 3}, {259, bs == 32 ? 2080 : (bs == 64 ? 2112 : 2304)}};
     if (bs == 32) dims.push_back({130, 800});
+    dims.push_back({67, 2048});  // 16-byte aligned rows: the decode route's cp.async fast path
     for (auto [rows, cols] : dims) {
       ++shapes;
       const std::vector<float> wf = RandVec((size_t)(rows * cols));
@@ -58,6 +59,13 @@ void CheckMatmul(bool quick) {
         const auto ha = ya.Down(), hd = yd.Down(), ht = yt.Down();
         int64_t bad = 0;
         for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hd[i]) || !SameBits(ha[i], ht[i]);
+        // Every rows-per-lane mapping of the decode route, forced.
+        for (lk::MatmulRoute rr : {lk::MatmulRoute::kDecodeRows1, lk::MatmulRoute::kDecodeRows2, lk::MatmulRoute::kDecodeRows4}) {
+          yd.Poison();
+          LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p, T, yd.p, w_scale, rr, 0));
+          const auto hr = yd.Down();
+          for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hr[i]);
+        }
         char ctx[160];
         std::snprintf(ctx, sizeof ctx, "%s rows=%" PRId64 " cols=%" PRId64 " T=%" PRId64, tr.name, rows, cols, T);
         inv->Bit(bad == 0, std::string(ctx) + ": decode route != tiled route");
@@ -96,7 +104,7 @@ void CheckMatmul(bool quick) {
     }
   }
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..2304; T={" + Join(Ts) + "}; bound (cols/8+4)*u*sum|w||x|";
-  inv->shapes = "route decode==tiled==auto for every (type,shape,T); row t of T-row call == T=1 call (sampled t)";
+  inv->shapes = "route decode (auto and forced 1/2/4 rows per lane)==tiled==auto for every (type,shape,T); row t of T-row call == T=1 call (sampled t)";
   dec->shapes = "matmul chunk decoders == host Dequantize, every type and shape";
 }
 
