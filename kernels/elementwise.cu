@@ -136,6 +136,14 @@ __global__ void GetRowsKernel(uint32_t type_id, const uint8_t* __restrict__ tabl
   }
 }
 
+// One CTA per output row: y[i, :] = x[rows[i], :].
+__global__ void GatherRowsKernel(const float* __restrict__ x, int64_t cols,
+                                 const int32_t* __restrict__ rows, float* __restrict__ y) {
+  const float* src = x + (int64_t)rows[blockIdx.x] * cols;
+  float* dst = y + (int64_t)blockIdx.x * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) dst[c] = src[c];
+}
+
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const float* x, const float* w, int64_t T, int64_t n, float eps, float* y,
@@ -204,6 +212,16 @@ cudaError_t LaunchGetRows(uint32_t type_id, const void* table, int64_t n_rows, i
   GetRowsKernel<<<GridFor(T * bpr), kThreads, 0, stream>>>(
       type_id, static_cast<const uint8_t*>(table), n_rows, bpr * t.type_size, bpr, t.block_size,
       ids, T, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t R,
+                             float* y, cudaStream_t stream) {
+  if (x == nullptr || rows == nullptr || y == nullptr || cols < 1 || R < 0 || R > 0x7fffffff) {
+    return cudaErrorInvalidValue;
+  }
+  if (R == 0) return cudaSuccess;
+  GatherRowsKernel<<<(unsigned)R, kThreads, 0, stream>>>(x, cols, rows, y);
   return cudaGetLastError();
 }
 

@@ -54,4 +54,9 @@ cudaError_t LaunchSoftcap(const float* a, float cap, int64_t n, float* y, cudaSt
 cudaError_t LaunchGetRows(uint32_t type_id, const void* table, int64_t n_rows, int64_t cols,
                           const int32_t* ids, int64_t T, float* y, cudaStream_t stream);
 
+// Row gather: y[i, :] = x[rows[i], :]. x: in, device, [*, cols] float. rows: in, device, [R]
+// int32, each a row of x. y: out, device, [R, cols] float (must not overlap x).
+cudaError_t LaunchGatherRows(const float* x, int64_t cols, const int32_t* rows, int64_t R,
+                             float* y, cudaStream_t stream);
+
 }  // namespace lockstep::kernels

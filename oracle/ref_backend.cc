@@ -36,17 +36,10 @@ absl::Status DequantizeRow(const Weight& w, int64_t r, float* dst) {
 
 // out[t, :] = table[tokens[t], :].   out: [T, cols]
 absl::Status RefBackend::Embed(const Weight& table, Tensor out) {
-  if (absl::Status s = RequireStep("Embed"); !s.ok()) return s;
-  if (absl::Status s = CheckWeight("ref Embed", table); !s.ok()) return s;
+  if (absl::Status s = CheckEmbed(table, out); !s.ok()) return s;
   const int64_t T = step().n_tokens();
-  if (absl::Status s = CheckTensor("ref Embed", "out", out, T, table.cols); !s.ok()) return s;
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = step().tokens[t];
-    if (id < 0 || id >= table.rows) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "ref Embed: tokens[%d] = %d is outside the %d rows of '%s'", t, id, table.rows,
-          table.name));
-    }
     if (absl::Status s = DequantizeRow(table, id, out.data + t * table.cols); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -75,13 +68,7 @@ absl::Status RefBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
 absl::Status RefBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tensor y) {
   if (absl::Status s = CheckSameShape("ref RmsNorm", "x", x, "y", y); !s.ok()) return s;
   const int64_t d = x.cols;
-  if (weight != nullptr &&
-      (weight->type != quant::Type::F32 || weight->cols != d || weight->data == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ref RmsNorm: weight '%s' is %s [%d, %d]%s, want F32 with %d columns", weight->name,
-        quant::Traits(weight->type).name, weight->rows, weight->cols,
-        weight->data ? "" : " without data", d));
-  }
+  if (absl::Status s = CheckNormWeight("ref RmsNorm", weight, d); !s.ok()) return s;
   const float* w = weight ? static_cast<const float*>(weight->data) : nullptr;
   for (int64_t t = 0; t < x.rows; ++t) {
     const float* xt = x.data + t * d;
@@ -102,14 +89,8 @@ absl::Status RefBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tens
 // x: [T, n_heads * head_dim] at the step's positions; dims n_rot..head_dim-1 are left as they are.
 absl::Status RefBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                               float freq_base, backend::RopeMode mode) {
-  if (absl::Status s = RequireStep("Rope"); !s.ok()) return s;
-  if (n_heads <= 0 || head_dim <= 0 || n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ref Rope: n_heads = %d, head_dim = %d, n_rot = %d (want n_rot even, <= head_dim)",
-        n_heads, head_dim, n_rot));
-  }
+  if (absl::Status s = CheckRope("ref Rope", x, n_heads, head_dim, n_rot); !s.ok()) return s;
   const int64_t T = step().n_tokens();
-  if (absl::Status s = CheckTensor("ref Rope", "x", x, T, n_heads * head_dim); !s.ok()) return s;
   const int64_t half = n_rot / 2;
   for (int64_t t = 0; t < T; ++t) {
     const double pos = step().positions[t];
@@ -229,13 +210,9 @@ absl::Status RefBackend::PagedAttention(Tensor q, const backend::KvLayout& layou
 
 // out[i, :] = x[output_rows[i], :].   x: [T, d], out: [R, d]
 absl::Status RefBackend::GatherRows(Tensor x, Tensor out) {
-  if (absl::Status s = RequireStep("GatherRows"); !s.ok()) return s;
+  if (absl::Status s = CheckGatherRows(x, out); !s.ok()) return s;
   const std::vector<int32_t>& rows = step().output_rows;
-  if (absl::Status s = CheckTensor("ref GatherRows", "x", x, step().n_tokens(), x.cols); !s.ok()) {
-    return s;
-  }
   const int64_t R = static_cast<int64_t>(rows.size());
-  if (absl::Status s = CheckTensor("ref GatherRows", "out", out, R, x.cols); !s.ok()) return s;
   for (int64_t i = 0; i < R; ++i) {
     for (int64_t c = 0; c < x.cols; ++c) out.data[i * x.cols + c] = x.data[rows[i] * x.cols + c];
   }

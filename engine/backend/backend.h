@@ -113,6 +113,10 @@ struct StepMeta {
   std::vector<int32_t> block_table;  // [n_seq, max_blocks] block ids, row-major
   int64_t max_blocks = 0;            // columns of block_table
   std::vector<int32_t> output_rows;  // [R] rows whose final hidden state is gathered (GatherRows)
+  // The step's ops depend on its shape alone and nothing reads backend memory before the step
+  // ends, so a device backend may record them once and replay them (cuda graphs). False for a
+  // step that downloads intermediate tensors (--dump-layers).
+  bool may_capture = true;
   int64_t n_seq() const { return static_cast<int64_t>(seq_len.size()); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
@@ -177,6 +181,7 @@ class Backend {
 
 struct BackendOptions {
   int threads = 0;  // cpu: workers including the caller, 0 = hardware concurrency
+  bool graphs = true;  // cuda: capture decode steps into CUDA graphs and replay them
 };
 using BackendFactory =
     std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)>;

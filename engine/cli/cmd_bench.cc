@@ -131,7 +131,7 @@ void RegisterBench(CLI::App& app) {
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("bench", "Prefill/decode tok/s vs the weight wall");
   sub->add_option("MODEL", args->model, "GGUF file path or known model name")->required();
-  sub->add_option("--backend", args->backend, "ref | cpu");
+  sub->add_option("--backend", args->backend, "Backend: " + BackendChoices());
   sub->add_option("--threads", args->threads, "Threads (0 = all cores)");
   sub->add_option("--prompt-tokens", args->prompt_tokens, "Prefill length")->check(CLI::Range(1, 8192));
   sub->add_option("--gen-tokens", args->gen_tokens, "Decoded tokens per rep")->check(CLI::Range(2, 8192));

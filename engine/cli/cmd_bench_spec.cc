@@ -89,7 +89,9 @@ void RegisterBenchSpec(CLI::App& app) {
     std::map<std::string, std::vector<std::vector<int32_t>>> plain_out;
     std::vector<Cell> cells;
     for (const auto& [dn, _] : drafters) {
-      for (spec::SpecMode m : modes) cells.push_back({dn, spec::SpecModeName(m)});
+      for (spec::SpecMode m : modes) {
+        cells.push_back(Cell{.drafter = dn, .mode = spec::SpecModeName(m), .tok_s = {}, .stats = {}});
+      }
     }
     for (int rep = 0; rep < a->reps; ++rep) {
       for (const char* kind : {"greedy", "sampled"}) {

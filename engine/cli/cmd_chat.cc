@@ -34,7 +34,7 @@ void RegisterChat(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--temp", args->params.temperature, "Temperature; 0 = greedy")->capture_default_str();
   sub->add_option("--seed", args->seed, "Sampling seed")->envname("LOCKSTEP_SEED");
-  sub->add_option("--backend", args->backend, "ref | cpu")->envname("LOCKSTEP_BACKEND");
+  sub->add_option("--backend", args->backend, "Backend: " + BackendChoices())->envname("LOCKSTEP_BACKEND");
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
       ->envname("LOCKSTEP_THREADS");
   AddEngineFlags(sub, args->engine);

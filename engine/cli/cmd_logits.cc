@@ -43,7 +43,7 @@ void RegisterLogits(CLI::App& app) {
   auto* tokens = sub->add_option("--tokens", args->tokens, "Comma-separated token ids");
   prompt->excludes(tokens);
   sub->add_option("--out", args->out, "Output .npy, float32 [n_positions, n_vocab]")->required();
-  sub->add_option("--backend", args->backend, "ref | cpu")->envname("LOCKSTEP_BACKEND");
+  sub->add_option("--backend", args->backend, "Backend: " + BackendChoices())->envname("LOCKSTEP_BACKEND");
   sub->add_option("--kv-k", args->kv_k, "K cache format (f32 f16 bf16 q8_0 q5_1 q4_0 fp8)")
       ->capture_default_str()->envname("LOCKSTEP_KV_K");
   sub->add_option("--kv-v", args->kv_v, "V cache format (f32 f16 bf16 q8_0 q5_1 q4_0 fp8)")

@@ -78,7 +78,7 @@ void RegisterRun(CLI::App& app) {
   sub->add_option("--presence-penalty", args->params.presence_penalty, "OpenAI presence penalty");
   sub->add_option("--frequency-penalty", args->params.frequency_penalty, "OpenAI frequency penalty");
   sub->add_option("--stop", args->params.stop, "Stop string (repeatable)");
-  sub->add_option("--backend", args->backend, "ref | cpu")->envname("LOCKSTEP_BACKEND");
+  sub->add_option("--backend", args->backend, "Backend: " + BackendChoices())->envname("LOCKSTEP_BACKEND");
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
       ->envname("LOCKSTEP_THREADS");
   sub->add_flag("-q,--quiet", args->quiet, "No progress or stats on stderr");

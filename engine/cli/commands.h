@@ -35,5 +35,9 @@ void RegisterBench(CLI::App& app);
 void RegisterBenchSpec(CLI::App& app);
 void RegisterQuantize(CLI::App& app);
 void RegisterFrSpec(CLI::App& app);  // ranks, trim-draft
+void RegisterCheck(CLI::App& app);   // every op of a backend against ref
+
+// "ref | cpu | cuda": the registered backends, for help texts.
+std::string BackendChoices();
 
 }  // namespace lockstep::cli

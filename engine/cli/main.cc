@@ -4,11 +4,18 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "engine/backend/backend.h"
 #include "engine/cli/commands.h"
 
 extern char** environ;
 
 namespace lockstep::cli {
+
+std::string BackendChoices() {
+  std::string out;
+  for (const std::string& n : backend::BackendNames()) out += (out.empty() ? "" : " | ") + n;
+  return out;
+}
 
 void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) throw CliError(2, std::string(status.message()));
@@ -64,6 +71,7 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterBenchSpec(app);
   lockstep::cli::RegisterQuantize(app);
   lockstep::cli::RegisterFrSpec(app);
+  lockstep::cli::RegisterCheck(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
     app.parse(argc, argv);

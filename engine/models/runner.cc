@@ -205,6 +205,7 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
                                               " logits rows; the workspace holds ",
                                               options_.max_logit_rows, " (max_logit_rows)"));
   }
+  meta.may_capture = dump == nullptr;  // a dump reads tensors mid-step
   RETURN_IF_ERROR(be_.BeginStep(meta));
 
   // Named intermediates ("blk.3.attn_out"; layer -1: no prefix), downloaded only when dumped:

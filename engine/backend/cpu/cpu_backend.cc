@@ -27,16 +27,8 @@ int64_t RowGrain(int64_t row_elements) {
 absl::Status CpuBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tensor y) {
   if (absl::Status s = CheckSameShape("cpu RmsNorm", "x", x, "y", y); !s.ok()) return s;
   const int64_t d = x.cols;
-  const float* w = nullptr;
-  if (weight != nullptr) {
-    if (weight->type != quant::Type::F32 || weight->cols != d || weight->data == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cpu RmsNorm: weight '%s' is %s [%d, %d]%s, want F32 with %d columns", weight->name,
-          quant::Traits(weight->type).name, weight->rows, weight->cols,
-          weight->data ? "" : " without data", d));
-    }
-    w = static_cast<const float*>(weight->data);
-  }
+  if (absl::Status s = CheckNormWeight("cpu RmsNorm", weight, d); !s.ok()) return s;
+  const float* w = weight ? static_cast<const float*>(weight->data) : nullptr;
   pool_.ParallelFor(x.rows, RowGrain(d), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = x.data + t * d;
@@ -59,14 +51,8 @@ absl::Status CpuBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tens
 // x: [T, n_heads * head_dim], rotated in place at the step's positions; pairs as in RopeMode.
 absl::Status CpuBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                               float freq_base, RopeMode mode) {
-  if (absl::Status s = RequireStep("Rope"); !s.ok()) return s;
-  if (n_heads <= 0 || head_dim <= 0 || n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cpu Rope: n_heads = %d, head_dim = %d, n_rot = %d (want n_rot even, <= head_dim)",
-        n_heads, head_dim, n_rot));
-  }
+  if (absl::Status s = CheckRope("cpu Rope", x, n_heads, head_dim, n_rot); !s.ok()) return s;
   const int64_t T = step().n_tokens();
-  if (absl::Status s = CheckTensor("cpu Rope", "x", x, T, n_heads * head_dim); !s.ok()) return s;
   const int32_t* pos = step().positions.data();
   const int64_t half = n_rot / 2;
   // Pair i is (xh[i * step_a], xh[i * step_a + offset_b]) inside a head.
@@ -102,13 +88,9 @@ absl::Status CpuBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64
 
 // out[i, :] = x[output_rows[i], :].   x: [T, d], out: [R, d]
 absl::Status CpuBackend::GatherRows(Tensor x, Tensor out) {
-  if (absl::Status s = RequireStep("GatherRows"); !s.ok()) return s;
+  if (absl::Status s = CheckGatherRows(x, out); !s.ok()) return s;
   const std::vector<int32_t>& rows = step().output_rows;
   const int64_t R = static_cast<int64_t>(rows.size());
-  if (absl::Status s = CheckTensor("cpu GatherRows", "x", x, step().n_tokens(), x.cols); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckTensor("cpu GatherRows", "out", out, R, x.cols); !s.ok()) return s;
   for (int64_t i = 0; i < R; ++i) {
     std::copy(x.data + rows[i] * x.cols, x.data + (rows[i] + 1) * x.cols, out.data + i * x.cols);
   }

@@ -76,18 +76,9 @@ absl::Status CpuBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
 
 // out[t, :] = table[tokens[t], :].   out: [T, table.cols]; a copy of the dequantized row.
 absl::Status CpuBackend::Embed(const Weight& table, Tensor out) {
-  if (absl::Status s = RequireStep("Embed"); !s.ok()) return s;
-  if (absl::Status s = CheckWeight("cpu Embed", table); !s.ok()) return s;
+  if (absl::Status s = CheckEmbed(table, out); !s.ok()) return s;
   const std::vector<int32_t>& tokens = step().tokens;
   const int64_t T = step().n_tokens();
-  if (absl::Status s = CheckTensor("cpu Embed", "out", out, T, table.cols); !s.ok()) return s;
-  for (int64_t t = 0; t < T; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= table.rows) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cpu Embed: tokens[%d] = %d is outside the %d rows of '%s'", t, tokens[t], table.rows,
-          table.name));
-    }
-  }
   std::atomic<bool> failed{false};
   const int64_t grain = std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(table.cols, 1));
   pool_.ParallelFor(T, grain, [&](int64_t begin, int64_t end) {

@@ -1,0 +1,162 @@
+// The cuda backend: device memory, the kernels of kernels/ on one stream, and CUDA graphs for
+// decode steps (docs/backends.md, docs/kernels.md).
+//
+// Memory: Allocate is cudaMalloc; weights are copied to the device once at BindWeight; Upload,
+// Download and Copy go through the backend's stream, and Download waits for it (so a host read
+// sees every op issued before it). BeginStep validates the step (StepBackend, the same sentences
+// as the host backends), packs its metadata into one pinned buffer and copies it to the device
+// with one asynchronous copy; the kernels read it from there.
+//
+// Invariance: every kernel fixes its reduction order by shape alone (docs/kernels.md), and the
+// launch parameters the backend chooses never depend on the batch's neighbours in a way that
+// changes bits: the attention grid is sized by max seq_len rounded up to a power-of-two number
+// of pieces, and pieces past a sequence's keys are empty and neutral (the kernel check's
+// attention-invariance line holds a row alone == in a batch bitwise).
+//
+// Graphs: a step whose sequences all have at most kGraphMaxRowsPerSeq query rows (decode and
+// speculative verify) is keyed by its launch shape (T, sequences, output rows, block-table
+// width bucket, attention-piece bucket) and the first op's weight; the first step of a key runs
+// eagerly, the second is captured into a CUDA graph and launched, later ones replay it. In
+// replay the ops launch nothing: each op's arguments are hashed and the hash must equal the
+// captured step's, else the step fails (a forward that is not a pure function of its key is a
+// bug, never a silent fallback). A step with StepMeta::may_capture false always runs eagerly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/step_backend.h"
+
+namespace lockstep::backend {
+
+struct CudaOptions {
+  int device = 0;
+  bool graphs = true;  // capture and replay decode steps (see above)
+};
+
+class CudaBackend final : public StepBackend {
+ public:
+  // Fails when no device is present or the device cannot run sm_90a code.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  // "NVIDIA H200, sm_90, 139 GiB, graphs on": for boot banners and benchmark reports.
+  std::string Describe() const;
+
+  absl::StatusOr<void*> Allocate(int64_t bytes, std::string_view what) override;
+  void Free(void* p) override;
+  absl::Status Upload(void* dst, const void* src, int64_t bytes) override;
+  absl::Status Download(void* dst, const void* src, int64_t bytes) override;
+  absl::Status Copy(void* dst, const void* src, int64_t bytes) override;
+  absl::StatusOr<Weight> BindWeight(const Weight& host) override;
+  absl::Status Synchronize() override;
+
+  absl::Status BeginStep(const StepMeta& meta) override;
+  absl::Status Embed(const Weight& table, Tensor out) override;
+  absl::Status MatMul(const Weight& w, Tensor x, Tensor y) override;
+  absl::Status RmsNorm(Tensor x, const Weight* w, float eps, Tensor y) override;
+  absl::Status Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot, float freq_base,
+                    RopeMode mode) override;
+  absl::Status KvWrite(const KvLayout& layout, Tensor k, Tensor v, KvLayer layer) override;
+  absl::Status PagedAttention(Tensor q, const KvLayout& layout, KvLayer layer, int64_t n_head,
+                              int64_t n_kv_head, int64_t head_dim, const AttentionParams& p,
+                              Tensor out) override;
+  absl::Status GatherRows(Tensor x, Tensor out) override;
+  absl::Status Glu(Tensor gate, Tensor up, Activation act, Tensor out) override;
+  absl::Status Add(Tensor a, Tensor b, Tensor out) override;
+  absl::Status Scale(Tensor x, float s, Tensor out) override;
+  absl::Status Softcap(Tensor x, float cap) override;
+
+  // Counters for the benchmark and the gate: steps run eagerly, captured, replayed.
+  struct GraphStats {
+    int64_t eager = 0, captured = 0, replayed = 0;
+  };
+  GraphStats graph_stats() const { return graph_stats_; }
+
+  // Queries with more rows than this in one sequence (prefill chunks) never use graphs.
+  static constexpr int kGraphMaxRowsPerSeq = 16;
+
+ private:
+  enum class Mode { kEager, kCapture, kReplay };
+  enum class StepState { kNone, kPending, kRunning };  // kPending: begun, no op yet
+  struct GraphKey {
+    int64_t tokens, seqs, outputs, table_width, pieces;
+    const void* first;
+    bool operator==(const GraphKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const GraphKey& k) {
+      return H::combine(std::move(h), k.tokens, k.seqs, k.outputs, k.table_width, k.pieces,
+                        k.first);
+    }
+  };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t signature = 0;
+  };
+
+  CudaBackend(const CudaOptions& options, cudaStream_t stream, std::string description);
+
+  // Every op calls this first with its arguments hashed: decides the step's mode at the first
+  // op, and in replay mode returns false (launch nothing).
+  absl::StatusOr<bool> Enter(const void* first_pointer, uint64_t op_hash);
+  // Ends a captured or replayed step: instantiates and launches, or launches the replay.
+  absl::Status FinishStep();
+  void DropGraphs();
+  // A cudaError_t as a Status naming the op.
+  absl::Status Check(cudaError_t e, std::string_view what);
+  // Returns s; a failure marks the step poisoned (a capture in progress is then discarded).
+  absl::Status Guard(absl::Status s);
+  // Grows a device scratch buffer (drops graphs: they hold its old address).
+  absl::Status Reserve(void*& buffer, int64_t& capacity, int64_t bytes, std::string_view what);
+
+  CudaOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t staged_ = nullptr;  // recorded after the metadata copy leaves the pinned buffer
+  std::string description_;
+  absl::flat_hash_set<void*> allocations_;
+
+  // The step's metadata on the device: [tokens T][positions T][slots T][query_start n+1]
+  // [seq_len n][block_table n * table_width][output_rows R], int32.
+  void* meta_dev_ = nullptr;
+  int64_t meta_capacity_ = 0;
+  int32_t* meta_host_ = nullptr;  // pinned
+  int64_t meta_host_capacity_ = 0;
+  const int32_t* d_tokens_ = nullptr;
+  const int32_t* d_positions_ = nullptr;
+  const int32_t* d_slots_ = nullptr;
+  const int32_t* d_query_start_ = nullptr;
+  const int32_t* d_seq_len_ = nullptr;
+  const int32_t* d_block_table_ = nullptr;
+  const int32_t* d_output_rows_ = nullptr;
+  int64_t table_width_ = 0;   // block-table columns on the device (a bucket of max_blocks)
+  int64_t attn_max_len_ = 0;  // max seq_len rounded up to a power-of-two count of pieces
+  void* attn_ws_ = nullptr;
+  int64_t attn_ws_capacity_ = 0;
+
+  // Graph state of the current step.
+  Mode mode_ = Mode::kEager;
+  StepState step_state_ = StepState::kNone;
+  bool poisoned_ = false;  // an op of this step failed
+  bool step_graphable_ = false;
+  GraphKey key_{};
+  uint64_t signature_ = 0;
+  absl::flat_hash_map<GraphKey, int> seen_;
+  absl::flat_hash_map<GraphKey, Graph> graphs_;
+  GraphStats graph_stats_;
+};
+
+}  // namespace lockstep::backend
