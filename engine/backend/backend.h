@@ -125,6 +125,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // One line for reports and boot banners: the device or ISA path and any counters worth a look
+  // (cuda: the GPU, and steps run eagerly / captured / replayed as graphs).
+  virtual std::string Describe() const { return std::string(name()); }
 
   // ---- memory ----
   // `bytes` of backend memory, alive until Free or the backend's destruction. `what` names the

@@ -1,5 +1,5 @@
-// `lockstep bench`: prefill and decode speed of a model on a CPU-side backend, with the memory
-// bandwidth measured in the same run, so decode speed is reported as a fraction of the weight
+// `lockstep bench`: prefill and decode speed of a model on a backend, with the memory
+// bandwidth measured in the same run (host backends: read bandwidth; cuda: device copy), so decode speed is reported as a fraction of the weight
 // wall (bandwidth / bytes of weights read per decoded token). Medians of interleaved reps.
 #include <algorithm>
 #include <chrono>
@@ -50,6 +50,27 @@ double ReadBandwidth(const std::vector<float>& buf, int threads) {
   volatile double sink = std::accumulate(sums.begin(), sums.end(), 0.0);
   (void)sink;
   return static_cast<double>(per * threads * sizeof(float)) / s;
+}
+
+// Copy bandwidth of a device backend in bytes/s (bytes read + written): a 1 GiB backend-to-
+// backend copy, median of 5 after a warm-up. The device's weight wall (docs/performance.md).
+double CopyBandwidth(backend::Backend& be) {
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  auto a = be.Allocate(kBytes, "bandwidth probe");
+  ThrowIfError(a.status());
+  auto b = be.Allocate(kBytes, "bandwidth probe");
+  ThrowIfError(b.status());
+  std::vector<double> v;
+  for (int i = 0; i < 6; ++i) {
+    ThrowIfError(be.Synchronize());
+    const auto t0 = Clock::now();
+    ThrowIfError(be.Copy(*b, *a, kBytes));
+    ThrowIfError(be.Synchronize());
+    if (i > 0) v.push_back(2.0 * kBytes / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  be.Free(*a);
+  be.Free(*b);
+  return Median(v);
 }
 
 // Bytes of weights one decoded token reads: every matrix once, plus one embedding row (the
@@ -163,8 +184,11 @@ void RegisterBench(CLI::App& app) {
     std::iota(buf.begin(), buf.begin() + 1024, 0.0f);
     std::vector<double> bw;
     std::vector<std::vector<double>> prefill(conc.size()), decode(conc.size());
+    // Host backends: read bandwidth of the cores; a device backend: its copy bandwidth.
+    const bool host = (*be)->name() == "cpu" || (*be)->name() == "ref";
+    if (!host) buf = {};
     for (int r = 0; r < args->reps; ++r) {
-      bw.push_back(ReadBandwidth(buf, threads));
+      bw.push_back(host ? ReadBandwidth(buf, threads) : CopyBandwidth(**be));
       for (size_t i = 0; i < conc.size(); ++i) {
         const auto [pre, dec] = RunConcurrent(**engine, prompt, conc[i], args->gen_tokens);
         prefill[i].push_back(pre);
@@ -180,7 +204,7 @@ void RegisterBench(CLI::App& app) {
                       {"decode_fraction_of_wall", Median(decode[i]) / wall}});
     }
     nlohmann::json out = {{"model", m.path}, {"backend", args->backend}, {"threads", threads},
-                          {"isa", (*be)->name()},
+                          {"isa", (*be)->Describe()}, {"bandwidth_kind", host ? "read" : "device copy"},
                           {"reps", args->reps}, {"prompt_tokens", args->prompt_tokens},
                           {"gen_tokens", args->gen_tokens}, {"read_bandwidth_GBps", bw_med / 1e9},
                           {"weight_bytes_per_token", wbytes}, {"weight_wall_tok_s", wall},
@@ -193,10 +217,11 @@ void RegisterBench(CLI::App& app) {
       return;
     }
     std::printf("%s", absl::StrFormat(
-        "model      %s (%s backend, %d threads, median of %d interleaved reps)\n"
-        "bandwidth  %.2f GB/s read (1 GiB buffer, same run)\n"
+        "model      %s (%s, median of %d interleaved reps)\n"
+        "bandwidth  %.2f GB/s %s (1 GiB buffer, same run)\n"
         "weights    %.1f MB read per decoded token -> weight wall %.1f tok/s (one sequence)\n",
-        m.path, args->backend, threads, args->reps, bw_med / 1e9, wbytes / 1e6, wall).c_str());
+        m.path, (*be)->Describe(), args->reps, bw_med / 1e9,
+        host ? "read" : "device-to-device copy (read + write)", wbytes / 1e6, wall).c_str());
     for (size_t i = 0; i < conc.size(); ++i) {
       std::printf("%s", absl::StrFormat(
           "c=%-3d      prefill %.1f tok/s (%d-token prompts)  decode %.2f tok/s aggregate "

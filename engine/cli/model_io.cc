@@ -39,7 +39,7 @@ std::unique_ptr<tokenizer::Tokenizer> MakeTokenizer(const gguf::File& f) {
 
 }  // namespace
 
-LoadedModel LoadModel(const std::string& name_or_path, bool progress) {
+LoadedModel LoadModel(const std::string& name_or_path, bool progress, bool tokenizer) {
   LoadedModel m;
   auto path = store::ResolveModel(name_or_path);
   ThrowIfError(path.status());
@@ -48,7 +48,7 @@ LoadedModel LoadModel(const std::string& name_or_path, bool progress) {
   ThrowIfError(model.status());
   m.model = std::move(*model);
   if (progress) Prefault(m.model->file());
-  m.tok = MakeTokenizer(m.model->file());
+  if (tokenizer) m.tok = MakeTokenizer(m.model->file());
   return m;
 }
 

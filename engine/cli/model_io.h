@@ -20,8 +20,9 @@ struct LoadedModel {
 
 // Resolves NAME or path, maps and binds the model, builds its tokenizer. With `progress`, reads
 // the file through once with a progress bar on stderr (so the first forward does not stall on
-// page faults). Throws CliError on failure.
-LoadedModel LoadModel(const std::string& name_or_path, bool progress);
+// page faults). Without `tokenizer`, m.tok stays null (a model file without one loads). Throws
+// CliError on failure.
+LoadedModel LoadModel(const std::string& name_or_path, bool progress, bool tokenizer = true);
 
 // Only the tokenizer (no weights bound): for tokenize / detokenize / template.
 LoadedModel LoadTokenizerOnly(const std::string& name_or_path);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "engine/backend/backend.h"
@@ -30,6 +31,8 @@ class CpuBackend final : public HostBackend {
   explicit CpuBackend(int threads = 0) : pool_(threads) {}
 
   std::string_view name() const override { return "cpu"; }
+  // "cpu: avx2, 2 threads": the dot kernels' ISA path chosen at run time.
+  std::string Describe() const override;
   int threads() const { return pool_.size(); }
 
   absl::Status Embed(const Weight& table, Tensor out) override;

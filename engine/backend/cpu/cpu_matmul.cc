@@ -64,6 +64,10 @@ absl::Status MatMulWithIsa(DotIsa isa, const Weight& w, const float* x, int64_t 
 
 }  // namespace cpu
 
+std::string CpuBackend::Describe() const {
+  return absl::StrFormat("cpu: %s, %d threads", cpu::DotIsaName(cpu::BestDotIsa()), threads());
+}
+
 // y[t, r] = sum_c W[r, c] * x[t, c].   W: [rows, cols] blocks, x: [T, cols], y: [T, rows]
 // Threads partition output rows; each y[t, r] is DotFixed(W[r, :], x[t, :], cols) bit for bit,
 // whatever T, the thread count or t.

@@ -92,7 +92,10 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-std::string CudaBackend::Describe() const { return description_; }
+std::string CudaBackend::Describe() const {
+  return absl::StrFormat("cuda: %s (steps eager %d, captured %d, replayed %d)", description_,
+                         graph_stats_.eager, graph_stats_.captured, graph_stats_.replayed);
+}
 
 absl::Status CudaBackend::Check(cudaError_t e, std::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
