@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
@@ -20,23 +21,54 @@ void RegisterCompare(CLI::App& app) {
       "compare", "Compare logits A.npy (under test) with B.npy (reference); exit 1 on a breach");
   sub->add_option("A", args->a, "Logits under test, float32 [positions, vocab]")->required();
   sub->add_option("B", args->b, "Reference logits, float32 [positions, vocab]")->required();
+  // A bound must be a finite number >= 0 (fractions: in [0, 1]): a negative or NaN bound
+  // would make a gate that cannot fail, so it is refused, naming the flag.
+  const auto bound = CLI::Validator(
+      [](std::string& v) -> std::string {
+        double d = 0;
+        if (!CLI::detail::lexical_cast(v, d) || !std::isfinite(d) || d < 0) {
+          return "must be a finite number >= 0, got '" + v + "'";
+        }
+        return "";
+      },
+      "BOUND>=0");
+  const auto fraction = CLI::Validator(
+      [](std::string& v) -> std::string {
+        double d = 0;
+        if (!CLI::detail::lexical_cast(v, d) || !(d >= 0 && d <= 1)) {
+          return "must be a fraction in [0, 1], got '" + v + "'";
+        }
+        return "";
+      },
+      "FRACTION");
   sub->add_option("--margin", args->margin,
-                  "Reference top-1/top-2 logit gap above which a position is decisive");
-  sub->add_option("--max-abs", args->max_abs, "Fail if max |A - B| exceeds this");
+                  "Reference top-1/top-2 logit gap above which a position is decisive")
+      ->check(bound);
+  sub->add_option("--max-abs", args->max_abs, "Fail if max |A - B| exceeds this")->check(bound);
   sub->add_flag("--json", args->json, "Print the statistics as one JSON object");
-  sub->add_option("--max-nmse", args->max_nmse, "Fail if sum (A-B)^2 / sum B^2 exceeds this");
-  sub->add_option("--max-kl", args->max_kl, "Fail if any position's KL(B || A) exceeds this (nats)");
-  sub->add_option("--min-top1", args->min_top1, "Fail if top-1 agreement (fraction) is below this");
+  sub->add_option("--max-nmse", args->max_nmse, "Fail if sum (A-B)^2 / sum B^2 exceeds this")
+      ->check(bound);
+  sub->add_option("--max-kl", args->max_kl, "Fail if any position's KL(B || A) exceeds this (nats)")
+      ->check(bound);
+  sub->add_option("--min-top1", args->min_top1, "Fail if top-1 agreement (fraction) is below this")
+      ->check(fraction);
   sub->add_option("--min-decisive-top1", args->min_decisive_top1,
-                  "Fail if top-1 agreement on decisive positions (fraction) is below this");
+                  "Fail if top-1 agreement on decisive positions (fraction) is below this")
+      ->check(fraction);
   sub->callback([args] {
     auto a = npy::Read(args->a);
     ThrowIfError(a.status());
     auto b = npy::Read(args->b);
     ThrowIfError(b.status());
     if (a->shape.size() != 2 || a->shape != b->shape) {
-      throw CliError(2, absl::StrFormat("%s and %s must both be 2-D [positions, vocab] of one shape",
-                                        args->a, args->b));
+      auto shape = [](const std::vector<int64_t>& v) {
+        std::string out = "[";
+        for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+        return out + "]";
+      };
+      throw CliError(2, absl::StrFormat(
+          "%s is %s and %s is %s; both must be 2-D [positions, vocab] of one shape", args->a,
+          shape(a->shape), args->b, shape(b->shape)));
     }
     auto s = compare::Logits(a->data.data(), b->data.data(), a->shape[0], a->shape[1], args->margin);
     ThrowIfError(s.status());
