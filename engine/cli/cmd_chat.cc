@@ -33,7 +33,8 @@ void RegisterChat(CLI::App& app) {
   sub->add_option("-n,--max-tokens", args->params.max_tokens, "Tokens per reply at most")
       ->capture_default_str();
   sub->add_option("--temp", args->params.temperature, "Temperature; 0 = greedy")->capture_default_str();
-  sub->add_option("--seed", args->seed, "Sampling seed")->envname("LOCKSTEP_SEED");
+  sub->add_option("--seed", args->seed, "Sampling seed")
+      ->check(SeedCheck())->envname("LOCKSTEP_SEED");
   sub->add_option("--backend", args->backend, "Backend: " + BackendChoices())->envname("LOCKSTEP_BACKEND");
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
       ->envname("LOCKSTEP_THREADS");

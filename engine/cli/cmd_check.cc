@@ -34,7 +34,8 @@ void RegisterCheck(CLI::App& app) {
       "check", "Check every op of a backend against the ref backend; exit 1 on any failure");
   sub->add_option("--backend", args->backend, "Backend under test: " + BackendChoices())
       ->envname("LOCKSTEP_BACKEND");
-  sub->add_option("--seed", args->seed, "Seed of the random shapes and inputs (0 = draw one)");
+  sub->add_option("--seed", args->seed, "Seed of the random shapes and inputs (0 = draw one)")
+      ->check(SeedCheck());
   sub->add_option("--rounds", args->rounds, "Draw every op's cases this many times")
       ->check(CLI::Range(1, 1000));
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)");

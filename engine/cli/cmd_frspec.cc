@@ -399,7 +399,8 @@ void RegisterFrSpec(CLI::App& app) {
   ranks->add_option("-n,--max-tokens", r->n, "Tokens to generate per prompt")->capture_default_str();
   ranks->add_flag("--chat", r->chat, "Wrap each prompt as a user turn with the chat template");
   ranks->add_option("--temp", r->temp, "Temperature; 0 = greedy")->capture_default_str();
-  ranks->add_option("--seed", r->seed, "Sampling seed")->capture_default_str();
+  ranks->add_option("--seed", r->seed, "Sampling seed")
+      ->check(SeedCheck())->capture_default_str();
   ranks->add_option("--backend", r->backend, "Backend: " + BackendChoices())->capture_default_str();
   ranks->add_option("--threads", r->threads, "cpu backend threads (0 = all cores)");
   ranks->callback([r] { RunRanks(*r); });

@@ -74,7 +74,14 @@ void RegisterLogits(CLI::App& app) {
     models::DumpFn dump = [&](const std::string& name, const float* data, int64_t rows, int64_t cols) {
       ThrowIfError(npy::Write(args->dump_dir + "/" + name + ".npy", {rows, cols}, data));
     };
-    if (!args->dump_dir.empty()) std::filesystem::create_directories(args->dump_dir);
+    if (!args->dump_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(args->dump_dir, ec);
+      if (ec || !std::filesystem::is_directory(args->dump_dir)) {
+        throw CliError(2, "--dump-layers: cannot use '" + args->dump_dir + "' as a directory: " +
+                              (ec ? ec.message() : std::string("it exists and is not one")));
+      }
+    }
     auto kf = quant::ParseKvFormat(args->kv_k);
     if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
     auto vf = quant::ParseKvFormat(args->kv_v);

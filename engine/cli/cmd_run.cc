@@ -70,6 +70,7 @@ void RegisterRun(CLI::App& app) {
   sub->add_option("--temp", args->params.temperature, "Temperature; 0 = greedy")
       ->capture_default_str();
   sub->add_option("--seed", args->seed, "Sampling seed (noise is keyed by seed and position)")
+      ->check(SeedCheck())
       ->capture_default_str()->envname("LOCKSTEP_SEED");
   sub->add_option("--top-k", args->params.top_k, "Keep the k most likely tokens (0 = off)");
   sub->add_option("--top-p", args->params.top_p, "Nucleus: keep the smallest set with mass >= p");

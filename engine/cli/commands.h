@@ -37,6 +37,9 @@ void RegisterQuantize(CLI::App& app);
 void RegisterFrSpec(CLI::App& app);  // ranks, trim-draft
 void RegisterCheck(CLI::App& app);   // every op of a backend against ref
 
+// --seed values: decimal digits within 64 bits (no sign, no wrap-around), for every subcommand.
+const CLI::Validator& SeedCheck();
+
 // "ref | cpu | cuda": the registered backends, for help texts.
 std::string BackendChoices();
 

@@ -11,6 +11,21 @@ extern char** environ;
 
 namespace lockstep::cli {
 
+const CLI::Validator& SeedCheck() {
+  static const CLI::Validator v(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        // 18446744073709551615 is the largest; compare as strings of 20 digits.
+        if (!digits || (text.size() == 20 && text > "18446744073709551615")) {
+          return "must be an integer in [0, 2^64 - 1], got '" + text + "'";
+        }
+        return "";
+      },
+      "SEED");
+  return v;
+}
+
 std::string BackendChoices() {
   std::string out;
   for (const std::string& n : backend::BackendNames()) out += (out.empty() ? "" : " | ") + n;
@@ -74,6 +89,18 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterCheck(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
+    // Name an unknown subcommand instead of CLI11's "A subcommand is required".
+    if (argc > 1 && argv[1][0] != '-') {
+      std::string known;
+      bool found = false;
+      for (const CLI::App* sub : app.get_subcommands({})) {
+        known += (known.empty() ? "" : ", ") + sub->get_name();
+        found = found || sub->check_name(argv[1]);
+      }
+      if (!found) {
+        throw CliError(2, std::string("unknown subcommand '") + argv[1] + "' (known: " + known + ")");
+      }
+    }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -1,7 +1,11 @@
-// `lockstep compare` as a gate script runs it: a bound that could never fail (negative, NaN, a
-// fraction above 1) is refused with exit 2 naming the flag, and a shape mismatch names both
-// shapes (issue 9). Each case failed before the fix: `--max-nmse -1`, `--max-nmse nan` and
-// `--min-top1 nan` printed PASS with exit 0 on all-different logits.
+// The lockstep binary on bad input, as a user or a gate script runs it: exit code and message
+// (issue 9). Each case failed before its fix:
+//   - compare: `--max-nmse -1`, `--max-nmse nan` and `--min-top1 nan` printed PASS with exit 0
+//     on all-different logits; a shape mismatch did not name the shapes;
+//   - logits --dump-layers on a file or an unwritable path aborted (uncaught filesystem_error,
+//     exit 134);
+//   - --seed -5 and seeds beyond 64 bits were accepted and wrapped;
+//   - an unknown subcommand got "A subcommand is required".
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -34,13 +38,13 @@ const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/tiny/";
 // Two files of one shape with different logits (two architectures' first prompt).
 const std::string kPair = kDir + "llama/logits1.npy " + kDir + "qwen3/logits1.npy";
 
-TEST(CliCompare, DifferentLogitsFailAUsableBound) {
+TEST(CliErrors, DifferentLogitsFailAUsableBound) {
   const Ran r = RunLockstep("compare " + kPair + " --max-nmse 1e-8");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("nmse"), std::string::npos) << r.out;
 }
 
-TEST(CliCompare, BoundsThatCannotFailAreRefusedNamingTheFlag) {
+TEST(CliErrors, BoundsThatCannotFailAreRefusedNamingTheFlag) {
   for (const std::string flag : {"--max-nmse -1", "--max-nmse nan", "--max-abs -1", "--max-kl inf",
                                  "--min-top1 nan", "--min-top1 1.5", "--min-decisive-top1 -0.1",
                                  "--margin nan"}) {
@@ -52,11 +56,35 @@ TEST(CliCompare, BoundsThatCannotFailAreRefusedNamingTheFlag) {
   }
 }
 
-TEST(CliCompare, ShapeMismatchNamesBothShapes) {
+TEST(CliErrors, ShapeMismatchNamesBothShapes) {
   const Ran r = RunLockstep("compare " + kDir + "llama/logits0.npy " + kDir + "llama/logits1.npy");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("is [1, "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("is [7, "), std::string::npos) << r.out;
+}
+
+TEST(CliErrors, DumpLayersIntoAFileOrAnUnwritablePathIsAnError) {
+  for (const std::string& dir : {kDir + "llama/logits0.npy", std::string("/proc/lockstep-nope")}) {
+    const Ran r = RunLockstep("logits " + kDir + "llama/llama.gguf --tokens 1,2 --out /dev/null "
+                              "--dump-layers " + dir);
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find("--dump-layers: cannot use '" + dir + "'"), std::string::npos) << r.out;
+  }
+}
+
+TEST(CliErrors, SeedsOutside64BitsAreRefused) {
+  for (const std::string seed : {"-5", "18446744073709551616", "1e3", "0x10"}) {
+    const Ran r = RunLockstep("run " + kDir + "llama/llama.gguf -p hi --seed " + seed);
+    EXPECT_EQ(r.exit_code, 2) << seed << ": " << r.out;
+    EXPECT_NE(r.out.find("--seed: must be an integer in [0, 2^64 - 1], got '" + seed + "'"),
+              std::string::npos) << r.out;
+  }
+}
+
+TEST(CliErrors, UnknownSubcommandIsNamed) {
+  const Ran r = RunLockstep("frobnicate --x");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown subcommand 'frobnicate' (known: "), std::string::npos) << r.out;
 }
 
 }  // namespace
