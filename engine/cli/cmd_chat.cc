@@ -56,6 +56,10 @@ void RegisterChat(CLI::App& app) {
     while (true) {
       std::fprintf(stderr, "> ");
       if (!std::getline(std::cin, line) || line.empty()) break;
+      if (absl::Status s = m.tok->CheckEncodable(line); !s.ok()) {
+        std::fprintf(stderr, "error: this line was not sent: %s\n", std::string(s.message()).c_str());
+        continue;
+      }
       messages.push_back({"user", line});
       const std::string text = RenderChat(m, args->template_file, messages, true);
       runtime::Request req;

@@ -66,6 +66,9 @@ void RegisterLogits(CLI::App& app) {
     } else {
       auto tok = tokenizer::Tokenizer::FromGguf((*model)->file());
       ThrowIfError(tok.status());
+      if (absl::Status s = tok->CheckEncodable(args->prompt); !s.ok()) {
+        throw CliError(2, "--prompt: " + std::string(s.message()));
+      }
       ids = tok->Encode(args->prompt, tok->add_bos_default(), /*parse_special=*/true);
     }
     if (ids.empty()) throw CliError(2, "the prompt has no tokens");

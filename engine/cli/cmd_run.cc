@@ -104,6 +104,12 @@ void RegisterRun(CLI::App& app) {
     }
     LoadedModel m = LoadModel(args->model, !args->quiet && !args->json);
     std::vector<int32_t> prompt;
+    if (absl::Status s = m.tok->CheckEncodable(prompt_text); !s.ok()) {
+      throw CliError(2, "the prompt: " + std::string(s.message()));
+    }
+    if (absl::Status s = m.tok->CheckEncodable(args->system); !s.ok()) {
+      throw CliError(2, "--system: " + std::string(s.message()));
+    }
     if (args->chat) {
       std::vector<tokenizer::ChatMessage> messages;
       if (!args->system.empty()) messages.push_back({"system", args->system});

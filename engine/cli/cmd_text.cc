@@ -28,6 +28,9 @@ void RegisterText(CLI::App& app) {
   tok->callback([args] {
     LoadedModel m = LoadTokenizerOnly(args->model);
     const tokenizer::Tokenizer& t = *m.tok;
+    if (absl::Status s = t.CheckEncodable(args->text); !s.ok()) {
+      throw CliError(2, "the text: " + std::string(s.message()));
+    }
     std::vector<int32_t> ids =
         t.Encode(args->text, args->special && t.add_bos_default(), args->special);
     if (!args->json) {

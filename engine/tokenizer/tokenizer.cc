@@ -501,6 +501,32 @@ bool Tokenizer::RoundTrips(std::string_view text) const {
   return true;
 }
 
+absl::Status Tokenizer::CheckEncodable(std::string_view text) const {
+  auto refuse = [&](size_t offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "byte 0x%02X at offset %d cannot be encoded: this vocabulary has no token for it (it is "
+        "not valid UTF-8 here), and dropping it would change the prompt",
+        static_cast<unsigned char>(text[offset]), offset));
+  };
+  if (model_ == Model::kByteLevelBpe) {
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (byte_token_[static_cast<unsigned char>(text[i])] < 0) return refuse(i);
+    }
+    return absl::OkStatus();
+  }
+  if (unk_id_ >= 0) return absl::OkStatus();  // an unknown character becomes <unk>, not nothing
+  for (size_t pos = 0; pos < text.size();) {
+    const uint32_t len = DecodeUtf8(text, pos).len;
+    if (!spm_by_text_.contains(AV(text.substr(pos, len)))) {
+      for (uint32_t k = 0; k < len; ++k) {
+        if (byte_fallback_[static_cast<unsigned char>(text[pos + k])] < 0) return refuse(pos + k);
+      }
+    }
+    pos += len;
+  }
+  return absl::OkStatus();
+}
+
 bool Tokenizer::IsEndOfTurn(int32_t id) const {
   return std::binary_search(eot_ids_.begin(), eot_ids_.end(), id);
 }

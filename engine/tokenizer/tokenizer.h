@@ -67,6 +67,11 @@ class Tokenizer {
   // do), or, for SentencePiece, a literal U+2581 (it decodes as a space) or a character with
   // neither a token nor <0xXX> fallback tokens (it becomes <unk> or is dropped).
   bool RoundTrips(std::string_view text) const;
+  // An error naming the first byte offset whose byte Encode would drop (a byte-level vocabulary
+  // without a symbol for it, e.g. 0xC0, 0xC1, 0xF5..0xFF in SmolLM2's; a SentencePiece character
+  // with neither a token, <0xXX> fallbacks nor an <unk>): the model would see another prompt
+  // than the user gave, so callers that take user text refuse it (docs/models.md).
+  absl::Status CheckEncodable(std::string_view text) const;
 
   Model model() const { return model_; }
   // Meaningful for byte-level BPE only.

@@ -174,6 +174,18 @@ TEST(ByteLevelBpe, BytesWithoutASymbolAreDropped) {
   EXPECT_EQ(Texts(t, t.Encode("a\x04" "b", false, false)), (Strs{"a", "b"}));
 }
 
+// Issue 9: a dropped byte changes the prompt, so callers that take user text ask first; the
+// error names the byte and its offset.
+TEST(ByteLevelBpe, CheckEncodableNamesTheFirstDroppedByte) {
+  Tokenizer t = MustLoad(ByteLevelMetadata({.drop_bytes = {0xC0, 0xF5}}));
+  EXPECT_TRUE(t.CheckEncodable("plain text").ok());
+  const absl::Status s = t.CheckEncodable("ab\xC0" "cd\xF5");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("byte 0xC0 at offset 2"), std::string_view::npos) << s;
+  Tokenizer full = MustLoad(ByteLevelMetadata({}));
+  EXPECT_TRUE(full.CheckEncodable("ab\xC0" "cd\xF5").ok());  // every byte has a symbol
+}
+
 TEST(ByteLevelBpe, LongWordIsNotQuadratic) {
   // Merges doubling runs of 'a' up to 1024; a 1 MiB word of 'a' takes ~1M heap operations.
   ByteLevelSpec spec;
