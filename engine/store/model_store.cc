@@ -1,11 +1,14 @@
 #include "engine/store/model_store.h"
 
+#include <fstream>
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -179,11 +182,42 @@ absl::StatusOr<std::string> Pull(const KnownModel& m) {
   return path;
 }
 
+// The sha256 of a cached file is checked once per change of the file: a stamp beside it
+// (<file>.verified: "size mtime_ns sha256") records the last check, and any change of size or
+// modification time makes the next use hash it again (~1 s for 250 MB).
+absl::Status VerifyCached(const KnownModel& m) {
+  const std::string path = CachedPath(m), stamp_path = path + ".verified";
+  std::error_code ec;
+  const auto mtime = fs::last_write_time(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot stat ", path, ": ", ec.message()));
+  const std::string stamp = absl::StrCat(
+      m.size_bytes, " ", mtime.time_since_epoch().count(), " ", m.sha256);
+  {
+    std::ifstream in(stamp_path);
+    std::string line;
+    if (in && std::getline(in, line) && line == stamp) return absl::OkStatus();
+  }
+  auto sha = Sha256OfFile(path);
+  if (!sha.ok()) return sha.status();
+  if (*sha != m.sha256) {
+    return absl::DataLossError(absl::StrCat(
+        "the cached model file ", path, " has sha256 ", *sha, ", not the ", m.sha256,
+        " of \"", m.name, "\": it is corrupted or replaced; delete it and run `lockstep pull ",
+        m.name, "`"));
+  }
+  std::ofstream out(stamp_path, std::ios::trunc);
+  out << stamp << "\n";  // a stamp that cannot be written only costs a hash next time
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ResolveModel(const std::string& name_or_path) {
   std::error_code ec;
   if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
   if (const KnownModel* m = FindKnownModel(name_or_path)) {
-    if (IsCached(*m)) return CachedPath(*m);
+    if (IsCached(*m)) {
+      if (absl::Status s = VerifyCached(*m); !s.ok()) return s;
+      return CachedPath(*m);
+    }
     return Pull(*m);
   }
   std::vector<std::string> names;
