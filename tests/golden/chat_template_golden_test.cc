@@ -11,6 +11,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/chat_template.h"
 #include "gtest/gtest.h"
+#include "tests/support/golden_manifest.h"
 #include "nlohmann/json.hpp"
 
 namespace lockstep::tokenizer {
@@ -92,6 +93,14 @@ TEST(ChatTemplateGolden, SmolLM2TemplateIsTheGgufOwn) {
   EXPECT_EQ(*out,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// Every file of golden/templates hashes to its MANIFEST.json entry and nothing is unlisted.
+TEST(ChatTemplateGoldenManifest, EveryFileMatchesItsSha256) {
+  const std::string dir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/templates";
+  for (const std::string& f : ::lockstep::testing::CheckManifest(dir)) {
+    ADD_FAILURE() << f;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "engine/core/tolerances.h"
 #include "engine/models/model.h"
 #include "gtest/gtest.h"
+#include "tests/support/golden_manifest.h"
 #include "nlohmann/json.hpp"
 #include "engine/backend/backend.h"
 #include "engine/models/runner.h"
@@ -69,6 +70,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama", "ref"}, Case{"llama", "cpu"}, Case{"qwen3", "ref"},
                       Case{"qwen3", "cpu"}, Case{"gemma3", "ref"}, Case{"gemma3", "cpu"}),
     [](const auto& info) { return info.param.arch + "_" + info.param.backend; });
+
+// Every file of golden/tiny hashes to its MANIFEST.json entry and nothing is unlisted.
+TEST(TinyGoldenManifest, EveryFileMatchesItsSha256) {
+  const std::string dir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/tiny";
+  for (const std::string& f : ::lockstep::testing::CheckManifest(dir)) {
+    ADD_FAILURE() << f;
+  }
+}
 
 }  // namespace
 }  // namespace lockstep

@@ -12,6 +12,7 @@
 #include "engine/store/model_store.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/support/golden_manifest.h"
 #include "nlohmann/json.hpp"
 
 namespace lockstep::tokenizer {
@@ -138,6 +139,14 @@ TEST(TokenizerGolden, PreTokenizerRegexes) {
 
 TEST(TokenizerGolden, SmolLM2ByteLevelBpe) { CheckGolden("smollm2-135m", "<|im_end|>"); }
 TEST(TokenizerGolden, Gemma3SentencePieceBpe) { CheckGolden("gemma3-270m", "<end_of_turn>"); }
+
+// Every file of golden/tokenizer hashes to its MANIFEST.json entry and nothing is unlisted.
+TEST(TokenizerGoldenManifest, EveryFileMatchesItsSha256) {
+  const std::string dir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/tokenizer";
+  for (const std::string& f : ::lockstep::testing::CheckManifest(dir)) {
+    ADD_FAILURE() << f;
+  }
+}
 
 }  // namespace
 }  // namespace lockstep::tokenizer

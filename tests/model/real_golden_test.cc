@@ -11,6 +11,7 @@
 #include "engine/store/model_store.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/support/golden_manifest.h"
 #include "nlohmann/json.hpp"
 #include "engine/backend/backend.h"
 #include "engine/models/runner.h"
@@ -112,6 +113,14 @@ INSTANTIATE_TEST_SUITE_P(Models, RealGolden,
                            for (char& ch : n) if (ch == '-') ch = '_';
                            return n;
                          });
+
+// Every file of golden/real hashes to its MANIFEST.json entry and nothing is unlisted.
+TEST(RealGoldenManifest, EveryFileMatchesItsSha256) {
+  const std::string dir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/real";
+  for (const std::string& f : ::lockstep::testing::CheckManifest(dir)) {
+    ADD_FAILURE() << f;
+  }
+}
 
 }  // namespace
 }  // namespace lockstep
