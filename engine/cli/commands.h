@@ -42,5 +42,6 @@ const CLI::Validator& SeedCheck();
 
 // "ref | cpu | cuda": the registered backends, for help texts.
 std::string BackendChoices();
+void RegisterSynth(CLI::App& app);
 
 }  // namespace lockstep::cli

@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterQuantize(app);
   lockstep::cli::RegisterFrSpec(app);
   lockstep::cli::RegisterCheck(app);
+  lockstep::cli::RegisterSynth(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
     // Name an unknown subcommand instead of CLI11's "A subcommand is required".

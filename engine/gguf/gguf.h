@@ -150,6 +150,18 @@ absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
                                       const WriteOptions& options = {});
 absl::Status WriteFile(const std::string& path, const std::vector<KeyValue>& metadata,
                        const std::vector<WriteTensor>& tensors, const WriteOptions& options = {});
+// What Serialize writes before the tensor data, for writers that stream the data themselves
+// (engine/models/synth.cc): the same validation except that each tensor's `data` is not read.
+// The file is `bytes`, then for each tensor in order its n_bytes of data padded with zeros to
+// `alignment` (the last one too); offsets[i] is tensor i's offset in that data section.
+struct SerializedHeader {
+  std::string bytes;
+  std::vector<uint64_t> offsets;
+  uint64_t alignment = kDefaultAlignment;
+};
+absl::StatusOr<SerializedHeader> SerializeHeader(const std::vector<KeyValue>& metadata,
+                                                 const std::vector<WriteTensor>& tensors,
+                                                 const WriteOptions& options = {});
 // Re-serializes a parsed file (reader -> writer) through Serialize. Byte-identical to the input
 // for files laid out the way llama.cpp's and gguf-py's writers lay them out. It is not
 // byte-identical (but is a valid GGUF with the same metadata, tensor infos and tensor bytes)

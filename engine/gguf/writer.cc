@@ -122,11 +122,13 @@ absl::StatusOr<uint64_t> ResolveAlignment(const std::vector<KeyValue>& metadata,
   return a;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
-                                      const std::vector<WriteTensor>& tensors,
-                                      const WriteOptions& options) {
+// Validates (as the reader would) and writes everything before the tensor data: header, metadata,
+// tensor infos, padding to the alignment. With `check_data`, every tensor's `data` must hold its
+// n_bytes. Fills `h->offsets` (relative to the data section), `h->alignment` and `*data_bytes`
+// (the data section's size, padding included).
+absl::Status WriteHeader(const std::vector<KeyValue>& metadata,
+                         const std::vector<WriteTensor>& tensors, const WriteOptions& options,
+                         bool check_data, SerializedHeader* h, uint64_t* data_bytes) {
   if (options.version != 2 && options.version != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("GGUF version ", options.version, " cannot be written (only 2 and 3)"));
@@ -144,8 +146,9 @@ absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
   }
 
   // Sizes first: data offsets, and the total to reserve.
-  std::vector<uint64_t> offsets(tensors.size());
-  uint64_t data_bytes = 0;
+  std::vector<uint64_t>& offsets = h->offsets;
+  offsets.assign(tensors.size(), 0);
+  *data_bytes = 0;
   absl::flat_hash_set<std::string_view> names;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const WriteTensor& t = tensors[i];
@@ -154,7 +157,7 @@ absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
       return absl::InvalidArgumentError(
           absl::StrCat("tensor #", i, " \"", t.name, "\": ", bytes.status().message()));
     }
-    if (t.data.size() != *bytes) {
+    if (check_data && t.data.size() != *bytes) {
       return absl::InvalidArgumentError(absl::StrCat("tensor #", i, " \"", t.name, "\": data is ",
                                                      t.data.size(), " bytes, shape and type need ",
                                                      *bytes));
@@ -163,9 +166,9 @@ absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
       return absl::InvalidArgumentError(
           absl::StrCat("tensor #", i, " \"", t.name, "\": duplicate tensor name"));
     }
-    offsets[i] = data_bytes;
+    offsets[i] = *data_bytes;
     const uint64_t padded = (*bytes + alignment - 1) / alignment * alignment;
-    if (__builtin_add_overflow(data_bytes, padded, &data_bytes)) {
+    if (__builtin_add_overflow(*data_bytes, padded, data_bytes)) {
       return absl::InvalidArgumentError("total tensor data overflows 64 bits");
     }
   }
@@ -177,7 +180,8 @@ absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
     }
   }
 
-  std::string out;
+  std::string& out = h->bytes;
+  out.clear();
   Writer w(&out);
   out.append(kMagic, 4);
   w.Put<uint32_t>(options.version);
@@ -203,12 +207,35 @@ absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
     w.Put(offsets[i]);
   }
   if (!tensors.empty() || options.pad_empty_data) w.PadTo(alignment);
+  h->alignment = alignment;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Serialize(const std::vector<KeyValue>& metadata,
+                                      const std::vector<WriteTensor>& tensors,
+                                      const WriteOptions& options) {
+  SerializedHeader h;
+  uint64_t data_bytes = 0;
+  RETURN_IF_ERROR(WriteHeader(metadata, tensors, options, /*check_data=*/true, &h, &data_bytes));
+  std::string out = std::move(h.bytes);
+  Writer w(&out);
   out.reserve(out.size() + data_bytes);
   for (const WriteTensor& t : tensors) {
     out.append(t.data);
-    w.PadTo(alignment);
+    w.PadTo(h.alignment);
   }
   return out;
+}
+
+absl::StatusOr<SerializedHeader> SerializeHeader(const std::vector<KeyValue>& metadata,
+                                                 const std::vector<WriteTensor>& tensors,
+                                                 const WriteOptions& options) {
+  SerializedHeader h;
+  uint64_t data_bytes = 0;
+  RETURN_IF_ERROR(WriteHeader(metadata, tensors, options, /*check_data=*/false, &h, &data_bytes));
+  return h;
 }
 
 absl::Status WriteFile(const std::string& path, const std::vector<KeyValue>& metadata,
