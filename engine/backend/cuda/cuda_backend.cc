@@ -319,7 +319,6 @@ absl::StatusOr<bool> CudaBackend::Enter(const void* first_pointer, uint64_t op_h
 absl::Status CudaBackend::FinishStep() {
   const Mode mode = mode_;
   mode_ = Mode::kEager;  // whatever follows in this step runs eagerly
-  if (step_state_ == StepState::kPending) step_state_ = StepState::kRunning;
   if (mode == Mode::kCapture) {
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
