@@ -185,6 +185,7 @@ class Backend {
 struct BackendOptions {
   int threads = 0;  // cpu: workers including the caller, 0 = hardware concurrency
   bool graphs = true;  // cuda: capture decode steps into CUDA graphs and replay them
+  bool profile = false;  // cuda: time every op with events (graphs off); a table at destruction
 };
 using BackendFactory =
     std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)>;

@@ -146,7 +146,7 @@ void RegisterBench(CLI::App& app) {
   struct Args {
     std::string model, backend = "cpu", concurrency = "1";
     int threads = 0, prompt_tokens = 64, gen_tokens = 32, reps = 3;
-    bool json = false;
+    bool json = false, profile_ops = false;
     EngineFlags engine;
   };
   auto args = std::make_shared<Args>();
@@ -161,13 +161,16 @@ void RegisterBench(CLI::App& app) {
                   "Comma-separated counts of concurrent sequences, e.g. 1,4,8 (aggregate decode)")
       ->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object");
+  sub->add_flag("--profile-ops", args->profile_ops,
+                "cuda: time every op (graphs off); a per-op table on stderr at the end");
   AddEngineFlags(sub, args->engine);
   sub->callback([args] {
     LoadedModel m = LoadModel(args->model, false);
     const int threads = args->threads > 0 ? args->threads
                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::vector<int> conc = ParseConcurrency(args->concurrency);
-    auto be = backend::MakeBackend(args->backend, {threads});
+    auto be = backend::MakeBackend(args->backend,
+                                   {.threads = threads, .graphs = true, .profile = args->profile_ops});
     ThrowIfError(be.status());
     const models::Config& c = m.model->config();
     runtime::EngineOptions eo = ToEngineOptions(args->engine);

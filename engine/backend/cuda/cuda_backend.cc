@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -83,6 +84,22 @@ CudaBackend::CudaBackend(const CudaOptions& options, cudaStream_t stream, std::s
 CudaBackend::~CudaBackend() {
   (void)FinishStep();
   cudaStreamSynchronize(stream_);
+  if (options_.profile) {
+    CollectProfile();
+    std::vector<std::pair<std::string, OpTime>> rows(profile_.begin(), profile_.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (auto& [k, v] : rows) total += v.ms;
+    std::fprintf(stderr, "cuda op profile (events around each launch, graphs off): %.3f ms in all\n",
+                 total);
+    std::fprintf(stderr, "  %-44s %9s %11s %10s %6s\n", "op", "calls", "total ms", "mean us", "share");
+    for (auto& [k, v] : rows) {
+      std::fprintf(stderr, "  %-44s %9lld %11.3f %10.2f %5.1f%%\n", k.c_str(),
+                   static_cast<long long>(v.calls), v.ms, 1000.0 * v.ms / v.calls,
+                   100.0 * v.ms / total);
+    }
+  }
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   DropGraphs();
   for (void* p : allocations_) cudaFree(p);
   if (meta_dev_ != nullptr) cudaFree(meta_dev_);
@@ -102,6 +119,41 @@ absl::Status CudaBackend::Check(cudaError_t e, std::string_view what) {
   poisoned_ = true;
   cudaGetLastError();  // clear a non-sticky error so the next call reports its own
   return absl::InternalError(absl::StrFormat("cuda %s: %s", what, cudaGetErrorString(e)));
+}
+
+template <typename Label, typename Fn>
+absl::Status CudaBackend::Timed(std::string_view what, Label&& label, Fn&& launch) {
+  if (!options_.profile) return Check(launch(), what);
+  auto next = [this] {
+    cudaEvent_t e = nullptr;
+    if (!free_events_.empty()) {
+      e = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      cudaEventCreate(&e);
+    }
+    return e;
+  };
+  Pending p{label(), next(), next()};
+  cudaEventRecord(p.start, stream_);
+  const cudaError_t e = launch();
+  cudaEventRecord(p.end, stream_);
+  pending_.push_back(std::move(p));
+  return Check(e, what);
+}
+
+void CudaBackend::CollectProfile() {
+  for (Pending& p : pending_) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, p.start, p.end) == cudaSuccess) {
+      OpTime& t = profile_[p.label];
+      ++t.calls;
+      t.ms += ms;
+    }
+    free_events_.push_back(p.start);
+    free_events_.push_back(p.end);
+  }
+  pending_.clear();
 }
 
 absl::Status CudaBackend::Guard(absl::Status s) {
@@ -159,7 +211,9 @@ absl::Status CudaBackend::Download(void* dst, const void* src, int64_t bytes) {
     RETURN_IF_ERROR(
         Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "Download"));
   }
-  return Check(cudaStreamSynchronize(stream_), "Download (an earlier op failed)");
+  RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "Download (an earlier op failed)"));
+  if (options_.profile) CollectProfile();
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::Copy(void* dst, const void* src, int64_t bytes) {
@@ -193,6 +247,7 @@ absl::StatusOr<Weight> CudaBackend::BindWeight(const Weight& host) {
 absl::Status CudaBackend::Synchronize() {
   RETURN_IF_ERROR(FinishStep());
   RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "Synchronize"));
+  if (options_.profile) CollectProfile();
   return Check(cudaGetLastError(), "Synchronize");
 }
 
@@ -355,9 +410,10 @@ absl::Status CudaBackend::Embed(const Weight& table, Tensor out) {
   RETURN_IF_ERROR(Guard(CheckEmbed(table, out)));
   ASSIGN_OR_RETURN(bool launch, Enter(table.data, OpHash(1).Mix(table.data).Mix(out).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchGetRows(static_cast<uint32_t>(table.type), table.data, table.rows,
-                                      table.cols, d_tokens_, out.rows, out.data, stream_),
-               "Embed");
+  return Timed("Embed", [&] { return std::string("Embed"); }, [&] {
+    return kernels::LaunchGetRows(static_cast<uint32_t>(table.type), table.data, table.rows,
+                                  table.cols, d_tokens_, out.rows, out.data, stream_);
+  });
 }
 
 absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
@@ -377,9 +433,17 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
   if (x.rows == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(w.data, OpHash(2).Mix(w.data).Mix(x).Mix(y).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchMatmul(static_cast<uint32_t>(w.type), w.data, w.rows, w.cols, x.data,
-                                     x.rows, y.data, 1.0f, kernels::MatmulRoute::kAuto, stream_),
-               "MatMul");
+  return Timed(
+      "MatMul",
+      [&] {
+        return absl::StrFormat("MatMul %s %dx%d T%s", quant::Traits(w.type).name, w.rows, w.cols,
+                               x.rows == 1 ? "=1" : x.rows <= 8 ? "<=8" : ">8");
+      },
+      [&] {
+        return kernels::LaunchMatmul(static_cast<uint32_t>(w.type), w.data, w.rows, w.cols,
+                                     x.data, x.rows, y.data, 1.0f, kernels::MatmulRoute::kAuto,
+                                     stream_);
+      });
 }
 
 absl::Status CudaBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tensor y) {
@@ -390,7 +454,8 @@ absl::Status CudaBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Ten
   ASSIGN_OR_RETURN(bool launch,
                    Enter(x.data, OpHash(3).Mix(x).Mix(w).Mix(eps).Mix(y).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchRmsNorm(x.data, w, x.rows, x.cols, eps, y.data, stream_), "RmsNorm");
+  return Timed("RmsNorm", [] { return std::string("RmsNorm"); },
+               [&] { return kernels::LaunchRmsNorm(x.data, w, x.rows, x.cols, eps, y.data, stream_); });
 }
 
 absl::Status CudaBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
@@ -401,10 +466,11 @@ absl::Status CudaBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int6
                                                   .Mix(n_rot).Mix(freq_base).Mix(mode).value()));
   if (!launch) return absl::OkStatus();
   const auto kmode = mode == RopeMode::kNormal ? kernels::RopeMode::kNormal : kernels::RopeMode::kNeox;
-  return Check(kernels::LaunchRope(x.data, d_positions_, x.rows, static_cast<int>(n_heads),
-                                   static_cast<int>(head_dim), static_cast<int>(n_rot),
-                                   static_cast<double>(freq_base), nullptr, kmode, x.data, stream_),
-               "Rope");
+  return Timed("Rope", [] { return std::string("Rope"); }, [&] {
+    return kernels::LaunchRope(x.data, d_positions_, x.rows, static_cast<int>(n_heads),
+                               static_cast<int>(head_dim), static_cast<int>(n_rot),
+                               static_cast<double>(freq_base), nullptr, kmode, x.data, stream_);
+  });
 }
 
 absl::Status CudaBackend::KvWrite(const KvLayout& layout, Tensor k, Tensor v, KvLayer layer) {
@@ -414,12 +480,13 @@ absl::Status CudaBackend::KvWrite(const KvLayout& layout, Tensor k, Tensor v, Kv
                                                   .Mix(layout.kv_dim).Mix(k).Mix(v).Mix(layer.k)
                                                   .Mix(layer.v).value()));
   if (!launch) return absl::OkStatus();
-  RETURN_IF_ERROR(Check(kernels::LaunchKvWrite(static_cast<uint32_t>(layout.k_format), k.data,
-                                               d_slots_, k.rows, layout.kv_dim, layer.k, stream_),
-                        "KvWrite (K)"));
-  return Check(kernels::LaunchKvWrite(static_cast<uint32_t>(layout.v_format), v.data, d_slots_,
-                                      v.rows, layout.kv_dim, layer.v, stream_),
-               "KvWrite (V)");
+  return Timed("KvWrite", [] { return std::string("KvWrite (K and V)"); }, [&] {
+    const cudaError_t e = kernels::LaunchKvWrite(static_cast<uint32_t>(layout.k_format), k.data,
+                                                 d_slots_, k.rows, layout.kv_dim, layer.k, stream_);
+    if (e != cudaSuccess) return e;
+    return kernels::LaunchKvWrite(static_cast<uint32_t>(layout.v_format), v.data, d_slots_,
+                                  v.rows, layout.kv_dim, layer.v, stream_);
+  });
 }
 
 absl::Status CudaBackend::PagedAttention(Tensor q, const KvLayout& layout, KvLayer layer,
@@ -467,8 +534,10 @@ absl::Status CudaBackend::PagedAttention(Tensor q, const KvLayout& layout, KvLay
   p.window = static_cast<int>(ap.window);
   p.scale = ap.scale;
   p.softcap = ap.softcap;
-  return Check(kernels::LaunchPagedAttention(p, attn_ws_, attn_ws_capacity_, stream_),
-               "PagedAttention");
+  return Timed(
+      "PagedAttention",
+      [&] { return absl::StrFormat("PagedAttention T%s", T == 1 ? "=1" : T <= 16 ? "<=16" : ">16"); },
+      [&] { return kernels::LaunchPagedAttention(p, attn_ws_, attn_ws_capacity_, stream_); });
 }
 
 absl::Status CudaBackend::GatherRows(Tensor x, Tensor out) {
@@ -476,8 +545,9 @@ absl::Status CudaBackend::GatherRows(Tensor x, Tensor out) {
   if (out.rows == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(7).Mix(x).Mix(out).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchGatherRows(x.data, x.cols, d_output_rows_, out.rows, out.data, stream_),
-               "GatherRows");
+  return Timed("GatherRows", [] { return std::string("GatherRows"); }, [&] {
+    return kernels::LaunchGatherRows(x.data, x.cols, d_output_rows_, out.rows, out.data, stream_);
+  });
 }
 
 absl::Status CudaBackend::Glu(Tensor gate, Tensor up, Activation act, Tensor out) {
@@ -488,9 +558,10 @@ absl::Status CudaBackend::Glu(Tensor gate, Tensor up, Activation act, Tensor out
                    Enter(gate.data, OpHash(8).Mix(gate).Mix(up).Mix(act).Mix(out).value()));
   if (!launch) return absl::OkStatus();
   const auto op = act == Activation::kSilu ? kernels::GluOp::kSilu : kernels::GluOp::kGeluTanh;
-  return Check(kernels::LaunchGlu(op, gate.data, gate.cols, up.data, up.cols, gate.rows, gate.cols,
-                                  out.data, stream_),
-               "Glu");
+  return Timed("Glu", [] { return std::string("Glu"); }, [&] {
+    return kernels::LaunchGlu(op, gate.data, gate.cols, up.data, up.cols, gate.rows, gate.cols,
+                              out.data, stream_);
+  });
 }
 
 absl::Status CudaBackend::Add(Tensor a, Tensor b, Tensor out) {
@@ -499,7 +570,8 @@ absl::Status CudaBackend::Add(Tensor a, Tensor b, Tensor out) {
   if (a.size() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(a.data, OpHash(9).Mix(a).Mix(b).Mix(out).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchAdd(a.data, b.data, a.size(), out.data, stream_), "Add");
+  return Timed("Add", [] { return std::string("Add"); },
+               [&] { return kernels::LaunchAdd(a.data, b.data, a.size(), out.data, stream_); });
 }
 
 absl::Status CudaBackend::Scale(Tensor x, float s, Tensor out) {
@@ -507,7 +579,8 @@ absl::Status CudaBackend::Scale(Tensor x, float s, Tensor out) {
   if (x.size() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(10).Mix(x).Mix(s).Mix(out).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchScale(x.data, s, x.size(), out.data, stream_), "Scale");
+  return Timed("Scale", [] { return std::string("Scale"); },
+               [&] { return kernels::LaunchScale(x.data, s, x.size(), out.data, stream_); });
 }
 
 absl::Status CudaBackend::Softcap(Tensor x, float cap) {
@@ -519,7 +592,8 @@ absl::Status CudaBackend::Softcap(Tensor x, float cap) {
   if (x.size() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(11).Mix(x).Mix(cap).value()));
   if (!launch) return absl::OkStatus();
-  return Check(kernels::LaunchSoftcap(x.data, cap, x.size(), x.data, stream_), "Softcap");
+  return Timed("Softcap", [] { return std::string("Softcap"); },
+               [&] { return kernels::LaunchSoftcap(x.data, cap, x.size(), x.data, stream_); });
 }
 
 // ---- registration: linked whole-archive into the binaries that may use it ----
@@ -527,7 +601,8 @@ absl::Status CudaBackend::Softcap(Tensor x, float cap) {
 namespace {
 [[maybe_unused]] const bool kRegistered = RegisterBackend("cuda", [](const BackendOptions& o)
                                                      -> absl::StatusOr<std::unique_ptr<Backend>> {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be, CudaBackend::Create({0, o.graphs}));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> be,
+                   CudaBackend::Create({0, o.graphs && !o.profile, o.profile}));
   return std::unique_ptr<Backend>(std::move(be));
 });
 }  // namespace

@@ -43,6 +43,9 @@ namespace lockstep::backend {
 struct CudaOptions {
   int device = 0;
   bool graphs = true;  // capture and replay decode steps (see above)
+  // Time every op with a pair of CUDA events (graphs off, so every op runs eagerly); the
+  // per-op table (calls, total, mean, share) goes to stderr when the backend is destroyed.
+  bool profile = false;
 };
 
 class CudaBackend final : public StepBackend {
@@ -120,6 +123,11 @@ class CudaBackend final : public StepBackend {
   absl::Status Check(cudaError_t e, std::string_view what);
   // Returns s; a failure marks the step poisoned (a capture in progress is then discarded).
   absl::Status Guard(absl::Status s);
+  // Runs one kernel launch; with options_.profile, between two events under `label()`.
+  template <typename Label, typename Fn>
+  absl::Status Timed(std::string_view what, Label&& label, Fn&& launch);
+  // Adds the elapsed times of finished event pairs to the profile (after a synchronization).
+  void CollectProfile();
   // Grows a device scratch buffer (drops graphs: they hold its old address).
   absl::Status Reserve(void*& buffer, int64_t& capacity, int64_t bytes, std::string_view what);
 
@@ -157,6 +165,18 @@ class CudaBackend final : public StepBackend {
   absl::flat_hash_map<GraphKey, int> seen_;
   absl::flat_hash_map<GraphKey, Graph> graphs_;
   GraphStats graph_stats_;
+
+  struct Pending {
+    std::string label;
+    cudaEvent_t start, end;
+  };
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  struct OpTime {
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  absl::flat_hash_map<std::string, OpTime> profile_;
 };
 
 }  // namespace lockstep::backend
