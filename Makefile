@@ -34,7 +34,7 @@ run: build
 	$(LOCKSTEP) run smollm2-135m --chat --prompt "Explain in two sentences why the sky is blue." -n 96
 
 test: build build-fuzz build-cuda models
-	ctest --preset cpu -j $(JOBS)
+	bash ci/gate -j $(JOBS)
 
 test-asan: deps
 	cmake --preset asan >/dev/null
