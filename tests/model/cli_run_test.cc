@@ -14,28 +14,15 @@
 #include "engine/spec/frspec.h"
 #include "engine/store/model_store.h"
 #include "gtest/gtest.h"
+#include "tests/support/run_command.h"
 #include "nlohmann/json.hpp"
 
 namespace lockstep {
 namespace {
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together, in the order they were written
-};
 
-Ran RunLockstep(const std::string& args) {
-  const std::string cmd = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep " + args + " 2>&1";
-  Ran r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::lockstep::testing::Ran;
+using ::lockstep::testing::RunLockstep;
 
 std::string SmolPath() {
   const store::KnownModel& m = store::DefaultModel();

@@ -12,27 +12,14 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/run_command.h"
 
 namespace lockstep {
 namespace {
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;
-};
 
-Ran RunLockstep(const std::string& args) {
-  const std::string cmd = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep " + args + " 2>&1";
-  Ran r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::lockstep::testing::Ran;
+using ::lockstep::testing::RunLockstep;
 
 const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/tiny/";
 // Two files of one shape with different logits (two architectures' first prompt).

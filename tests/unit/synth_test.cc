@@ -21,6 +21,7 @@
 #include "engine/models/synth.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/support/run_command.h"
 #include "nlohmann/json.hpp"
 
 namespace lockstep::models {
@@ -79,22 +80,9 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
 
-Ran RunCommand(const std::string& cmd) {
-  Ran r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ::lockstep::testing::Ran;
+using ::lockstep::testing::RunCommand;
 
 TEST(Synth, TinyModelsOfEveryFamilyLoadTokenizeAndRun) {
   auto be = backend::MakeBackend("cpu", {2});

@@ -35,6 +35,15 @@ class OpHash {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
+// A transfer's arguments: a byte count >= 0 and both pointers when it moves any byte.
+absl::Status CheckTransfer(const char* op, const void* dst, const void* src, int64_t bytes) {
+  if (bytes < 0 || (bytes > 0 && (dst == nullptr || src == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cuda %s: %d bytes with dst %p, src %p", op, bytes, dst, src));
+  }
+  return absl::OkStatus();
+}
+
 int64_t Pow2AtLeast(int64_t n) { return n <= 1 ? 1 : int64_t{1} << (64 - std::countl_zero(uint64_t(n - 1))); }
 
 }  // namespace
@@ -192,10 +201,7 @@ void CudaBackend::Free(void* p) {
 
 absl::Status CudaBackend::Upload(void* dst, const void* src, int64_t bytes) {
   RETURN_IF_ERROR(FinishStep());
-  if (bytes < 0 || (bytes > 0 && (dst == nullptr || src == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cuda Upload: %d bytes with dst %p, src %p", bytes, dst, src));
-  }
+  RETURN_IF_ERROR(CheckTransfer("Upload", dst, src, bytes));
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "Upload"));
   return Check(cudaStreamSynchronize(stream_), "Upload");  // the host buffer may go after return
@@ -203,10 +209,7 @@ absl::Status CudaBackend::Upload(void* dst, const void* src, int64_t bytes) {
 
 absl::Status CudaBackend::Download(void* dst, const void* src, int64_t bytes) {
   RETURN_IF_ERROR(FinishStep());
-  if (bytes < 0 || (bytes > 0 && (dst == nullptr || src == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cuda Download: %d bytes with dst %p, src %p", bytes, dst, src));
-  }
+  RETURN_IF_ERROR(CheckTransfer("Download", dst, src, bytes));
   if (bytes > 0) {
     RETURN_IF_ERROR(
         Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "Download"));
@@ -218,10 +221,7 @@ absl::Status CudaBackend::Download(void* dst, const void* src, int64_t bytes) {
 
 absl::Status CudaBackend::Copy(void* dst, const void* src, int64_t bytes) {
   RETURN_IF_ERROR(FinishStep());
-  if (bytes < 0 || (bytes > 0 && (dst == nullptr || src == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cuda Copy: %d bytes with dst %p, src %p", bytes, dst, src));
-  }
+  RETURN_IF_ERROR(CheckTransfer("Copy", dst, src, bytes));
   if (bytes == 0) return absl::OkStatus();
   return Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
 }
