@@ -61,8 +61,14 @@ absl::StatusOr<std::string> ChatTemplate::RenderJson(const nlohmann::ordered_jso
 }
 
 absl::StatusOr<std::vector<ChatMessage>> ParseChatMessagesJson(std::string_view json_text) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(json_text, nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("messages: not valid JSON");
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is 1-based: the byte at which parsing stopped.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "messages: not valid JSON at byte offset %d: %s", e.byte > 0 ? e.byte - 1 : 0, e.what()));
+  }
   if (!j.is_array()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("messages: expected an array, got %s", j.type_name()));

@@ -175,7 +175,10 @@ TEST(ChatMessagesJson, ErrorsNameIndexAndField) {
   EXPECT_EQ((*ok)[0].content, "hi");
   auto err = [](std::string_view json) { return std::string(ParseChatMessagesJson(json).status().message()); };
   EXPECT_EQ(err("{}"), "messages: expected an array, got object");
-  EXPECT_EQ(err("[1"), "messages: not valid JSON");
+  // Issue 9: the parse error names the byte offset where parsing stopped.
+  EXPECT_EQ(err("[1").rfind("messages: not valid JSON at byte offset 2: ", 0), 0u) << err("[1");
+  EXPECT_EQ(err(R"([{"role": "user",, ])").rfind("messages: not valid JSON at byte offset 17: ", 0), 0u)
+      << err(R"([{"role": "user",, ])");
   EXPECT_EQ(err(R"([{"role": "user", "content": "a"}, 3])"), "messages[1]: expected an object, got number");
   EXPECT_EQ(err(R"([{"role": "user"}])"), "messages[0].content: missing");
   EXPECT_EQ(err(R"([{"role": "user", "content": 5}])"), "messages[0].content: expected a string, got number");
