@@ -348,7 +348,8 @@ TEST(Synth, CliWritesAndRefusesWithOneSentence) {
 // reader sees: names, types, shapes, sizes, and the first and last bytes at its offsets.
 TEST(Synth, GgufPyReadsTheSameFile) {
   const std::string python = std::string(LOCKSTEP_SOURCE_DIR) + "/.venv/bin/python";
-  if (!fs::exists(python)) GTEST_SKIP() << python << " is missing (ci/deps creates it)";
+  // make test runs ci/deps, which creates the venv: a missing one fails, it does not skip.
+  ASSERT_TRUE(fs::exists(python)) << python << " is missing: run ci/deps";
   TempDir dir;
   const std::string model = dir / "g.gguf";
   ASSERT_TRUE(WriteSynth(Options("gemma3", "tiny", "q4_k_m", 4), model, false).ok());
