@@ -31,6 +31,7 @@ void RegisterLogits(CLI::App& app);
 void RegisterText(CLI::App& app);  // tokenize, detokenize, template
 void RegisterRun(CLI::App& app);
 void RegisterChat(CLI::App& app);  // interactive multi-turn chat on a parked session
+void RegisterServe(CLI::App& app);  // the OpenAI-compatible server (docs/serving.md)
 void RegisterBench(CLI::App& app);
 void RegisterBenchSpec(CLI::App& app);
 void RegisterQuantize(CLI::App& app);

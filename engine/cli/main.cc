@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterText(app);
   lockstep::cli::RegisterRun(app);
   lockstep::cli::RegisterChat(app);
+  lockstep::cli::RegisterServe(app);
   lockstep::cli::RegisterBench(app);
   lockstep::cli::RegisterBenchSpec(app);
   lockstep::cli::RegisterQuantize(app);
