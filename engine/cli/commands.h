@@ -37,6 +37,7 @@ void RegisterBenchSpec(CLI::App& app);
 void RegisterQuantize(CLI::App& app);
 void RegisterFrSpec(CLI::App& app);  // ranks, trim-draft
 void RegisterCheck(CLI::App& app);   // every op of a backend against ref
+void RegisterQualify(CLI::App& app);  // a (model, quant, drafter, KV) cell's gate and report
 
 // --seed values: decimal digits within 64 bits (no sign, no wrap-around), for every subcommand.
 const CLI::Validator& SeedCheck();

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   lockstep::cli::RegisterQuantize(app);
   lockstep::cli::RegisterFrSpec(app);
   lockstep::cli::RegisterCheck(app);
+  lockstep::cli::RegisterQualify(app);
   lockstep::cli::RegisterSynth(app);
   try {
     lockstep::cli::RejectUnknownEnv(app);
