@@ -86,4 +86,70 @@ std::string Describe(const Stats& s) {
       s.top1_agree, s.positions, s.decisive_agree, s.decisive);
 }
 
+absl::StatusOr<TopKStats> TopKGolden(const float* ours, int64_t positions, int64_t vocab,
+                                     const float* golden, int64_t golden_cols, double margin) {
+  if (positions <= 0 || vocab <= 1 || golden_cols < 5 || (golden_cols - 1) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a top-K golden needs [positions, 1 + 2K] rows with K >= 2 and logits [positions, vocab "
+        ">= 2]; got %d positions, vocab %d, golden width %d", positions, vocab, golden_cols));
+  }
+  TopKStats s;
+  s.positions = positions;
+  s.vocab = vocab;
+  s.k = (golden_cols - 1) / 2;
+  const int64_t K = s.k;
+  double err2 = 0, ref2 = 0;
+  for (int64_t t = 0; t < positions; ++t) {
+    const float* row = golden + t * golden_cols;
+    const float* x = ours + t * vocab;
+    int64_t argmax = 0, bad = 0;
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (!std::isfinite(x[v])) { ++bad; continue; }
+      if (x[v] > x[argmax] || !std::isfinite(x[argmax])) argmax = v;
+      mx = std::max(mx, static_cast<double>(x[v]));
+    }
+    s.non_finite += bad;
+    if (bad > 0) continue;
+    double sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(x[v] - mx);
+    const double lse_d = std::fabs(mx + std::log(sum) - row[0]);
+    if (lse_d > s.max_lse_abs) { s.max_lse_abs = lse_d; s.worst_lse_position = t; }
+    for (int64_t k = 0; k < K; ++k) {
+      const float idf = row[1 + k];
+      const int64_t id = static_cast<int64_t>(idf);
+      if (!(idf >= 0) || static_cast<float>(id) != idf || id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "golden position %d entry %d: token id %g is not an id of a %d-token vocabulary", t, k,
+            idf, vocab));
+      }
+      const double d = static_cast<double>(x[id]) - row[1 + K + k];
+      if (std::fabs(d) > s.max_abs) {
+        s.max_abs = std::fabs(d); s.worst_abs_position = t; s.worst_abs_token = id;
+      }
+      err2 += d * d;
+      ref2 += static_cast<double>(row[1 + K + k]) * row[1 + K + k];
+    }
+    const bool agree = argmax == static_cast<int64_t>(row[1]);
+    if (agree) ++s.top1_agree;
+    if (row[1 + K] - row[2 + K] > margin) {
+      ++s.decisive;
+      if (agree) ++s.decisive_agree;
+      else if (s.first_decisive_flip < 0) s.first_decisive_flip = t;
+    }
+  }
+  s.nmse = ref2 > 0 ? err2 / ref2 : (err2 > 0 ? INFINITY : 0);
+  return s;
+}
+
+std::string Describe(const TopKStats& s) {
+  return absl::StrFormat(
+      "positions %d  vocab %d  golden top-%d  non-finite %d\n"
+      "lse max_abs %.6g (position %d)  top-K max_abs %.6g (position %d token %d)  nmse %.6g\n"
+      "top1 agreement %d/%d  decisive-position top1 agreement %d/%d\n",
+      s.positions, s.vocab, s.k, s.non_finite, s.max_lse_abs, s.worst_lse_position, s.max_abs,
+      s.worst_abs_position, s.worst_abs_token, s.nmse, s.top1_agree, s.positions,
+      s.decisive_agree, s.decisive);
+}
+
 }  // namespace lockstep::compare

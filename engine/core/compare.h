@@ -26,4 +26,28 @@ absl::StatusOr<Stats> Logits(const float* a, const float* b, int64_t positions, 
 
 std::string Describe(const Stats& s);
 
+// Agreement with a compact golden (oracle/gen_real_golden.py, golden/real/): per position a row
+// [log-sum-exp of the full reference row, K token ids of its largest logits (descending), their
+// K logits]. KL needs the full rows, so it is not measured here.
+struct TopKStats {
+  int64_t positions = 0, vocab = 0, k = 0;
+  int64_t non_finite = 0;          // non-finite values in `ours` (fails every gate)
+  double max_lse_abs = 0;          // max |lse(ours row) - golden lse|
+  int64_t worst_lse_position = -1;
+  double max_abs = 0;              // max |ours[id] - golden logit| over the golden's top-K ids
+  int64_t worst_abs_position = -1, worst_abs_token = -1;
+  double nmse = 0;                 // over the top-K entries of every position
+  int64_t top1_agree = 0;          // argmax ours == golden's first id
+  int64_t decisive = 0;            // golden top-1/top-2 gap above `margin`
+  int64_t decisive_agree = 0;
+  int64_t first_decisive_flip = -1;  // the first decisive position whose argmax differs
+};
+
+// ours: [positions, vocab]; golden: [positions, 1 + 2K]. Ids outside the vocabulary and shape
+// mismatches are errors that name the position and the shapes.
+absl::StatusOr<TopKStats> TopKGolden(const float* ours, int64_t positions, int64_t vocab,
+                                     const float* golden, int64_t golden_cols, double margin);
+
+std::string Describe(const TopKStats& s);
+
 }  // namespace lockstep::compare

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/core/npy.h"
 #include "gtest/gtest.h"
 #include "tests/support/run_command.h"
 
@@ -48,6 +49,29 @@ TEST(CliErrors, ShapeMismatchNamesBothShapes) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("is [1, "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("is [7, "), std::string::npos) << r.out;
+}
+
+// `compare --golden-topk` (a compact golden, as golden/real keeps): a row whose top-K logit is off
+// by 0.5 breaches --max-abs 0.1 and names its position and token; full-row bounds are refused.
+TEST(CliErrors, GoldenTopKBreachNamesPositionAndToken) {
+  const std::string dir = ::testing::TempDir();
+  // Vocabulary 4, K = 2; golden row 1 says token 3 has logit 0, ours says 0.5.
+  const float ours[] = {0, 1, 0, 0, 2, 0, 0, 0.5f};
+  const float golden[] = {1.7436683f, 1, 0, 1, 0, 2.3407530f, 0, 3, 2, 0};
+  ASSERT_TRUE(npy::Write(dir + "ours.npy", {2, 4}, ours).ok());
+  ASSERT_TRUE(npy::Write(dir + "golden.npy", {2, 5}, golden).ok());
+  const std::string pair = dir + "ours.npy " + dir + "golden.npy --golden-topk";
+  Ran r = RunLockstep("compare " + pair + " --max-abs 0.1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("top-K max_abs 0.5 > 0.1 at position 1 token 3"), std::string::npos) << r.out;
+  r = RunLockstep("compare " + pair + " --max-abs 0.6");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = RunLockstep("compare " + pair + " --max-kl 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--max-kl needs full reference rows"), std::string::npos) << r.out;
+  r = RunLockstep("compare " + kPair + " --max-lse-abs 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--max-lse-abs needs --golden-topk"), std::string::npos) << r.out;
 }
 
 TEST(CliErrors, DumpLayersIntoAFileOrAnUnwritablePathIsAnError) {
