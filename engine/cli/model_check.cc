@@ -47,8 +47,12 @@ struct Seq {
 class Rig {
  public:
   static absl::StatusOr<std::unique_ptr<Rig>> Create(const models::Model& m, backend::Backend& be,
-                                                     int64_t n_blocks, uint64_t seed) {
+                                                     int64_t n_blocks, uint64_t seed,
+                                                     quant::KvFormat k = quant::KvFormat::kF32,
+                                                     quant::KvFormat v = quant::KvFormat::kF32) {
     models::RunnerOptions ro;
+    ro.k_format = k;
+    ro.v_format = v;
     ro.max_step_tokens = kStepRows;
     ro.max_logit_rows = kStepRows;
     ro.block_size = kBlock;
@@ -136,7 +140,8 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
   const int64_t max_len = std::max<int64_t>(o.max_prompt, 8);
   // Enough blocks for every sequence at once plus a prefix-sharing pair.
   const int64_t n_blocks = (n_seqs + 4) * ((max_len + 40) / kBlock + 2);
-  ASSIGN_OR_RETURN(auto rig, Rig::Create(model, be, n_blocks, o.seed ^ 0x5eed));
+  ASSIGN_OR_RETURN(auto rig,
+                   Rig::Create(model, be, n_blocks, o.seed ^ 0x5eed, o.k_format, o.v_format));
 
   std::vector<Seq> seqs(n_seqs);
   std::vector<std::vector<Row>> ref(n_seqs);

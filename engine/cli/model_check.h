@@ -19,6 +19,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/models/model.h"
+#include "engine/quant/kv_format.h"
 
 namespace lockstep::cli {
 
@@ -27,6 +28,10 @@ struct ModelCheckOptions {
   std::vector<int64_t> batches = {1, 2, 3, 8, 17, 64, 256};
   int64_t max_prompt = 96;   // prompt lengths are drawn in [1, max_prompt]
   int64_t greedy_tokens = 128;
+  // KV formats of the pool the lines run on (`lockstep qualify` runs them on the cell's formats;
+  // each line compares the formats against themselves, docs/runtime.md).
+  quant::KvFormat k_format = quant::KvFormat::kF32;
+  quant::KvFormat v_format = quant::KvFormat::kF32;
 };
 
 struct ModelCheckLine {
