@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,16 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A rejection-sampled token's logprob and alternatives, from the law p it was verified under.
+void ReportFromLaw(const std::vector<double>& p, int32_t token, int32_t top, TokenEvent* ev) {
+  std::vector<double> logp(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    logp[i] = p[i] > 0 ? std::log(p[i]) : -std::numeric_limits<double>::infinity();
+  }
+  ev->logprob = logp[token];
+  if (top > 0) ev->top_logprobs = sampling::TopLogprobs(logp, top);
+}
 
 }  // namespace
 
@@ -334,17 +346,21 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
     const int64_t position = base + 1 + i;
     int32_t token;
     bool draft_accepted = false;
+    TokenEvent ev;
     if (s.req.spec.mode == spec::SpecMode::kReject && i < n_draft) {
       ASSIGN_OR_RETURN(std::vector<double> p, s.sampler.ProcessedDistribution(row, s.tokens));
       const spec::Verdict v =
           spec::VerifyDraftToken(p, s.draft_full.q[i], s.draft[i], s.req.seed, position);
       token = v.token;
       draft_accepted = v.accepted;
+      if (s.req.on_token) ReportFromLaw(p, token, s.req.params.top_logprobs, &ev);
     } else {
       // Plain decode, greedy, coupled, and every bonus token: exactly plain decode's draw.
       ASSIGN_OR_RETURN(sampling::SampledToken t, s.sampler.Sample(row, s.req.seed, position, s.tokens));
       token = t.token;
       draft_accepted = i < n_draft && token == s.draft[i];
+      ev.logprob = t.logprob;
+      ev.top_logprobs = std::move(t.top_logprobs);
     }
     if (i < n_draft) {
       ++st.proposed_at[i];
@@ -366,6 +382,15 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
     if (!step.emit.empty()) {
       g.text += step.emit;
       if (s.req.on_text) s.req.on_text(step.emit);
+    }
+    if (s.req.on_token) {
+      ev.token = token;
+      ev.position = position;
+      ev.drafted = i < n_draft;
+      ev.accepted = draft_accepted;
+      ev.stops = step.finish == sampling::FinishReason::kStopToken;
+      ev.text = step.emit;
+      s.req.on_token(ev);
     }
     if (step.finish != sampling::FinishReason::kNone) {
       g.finish = step.finish;

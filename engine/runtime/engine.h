@@ -51,6 +51,21 @@ struct EngineOptions {
   absl::Status Validate() const;   // names the offending field
 };
 
+// One sampled token as the server reports it (docs/serving.md): its logprob in the law it was
+// drawn from, the alternatives asked for, and whether the drafter proposed it. `text` is what
+// the stop conditions let out at this token (may be empty); `stops` marks the token that
+// finished the request by a stop id (not emitted).
+struct TokenEvent {
+  int32_t token = 0;
+  int64_t position = 0;
+  double logprob = 0.0;
+  std::vector<sampling::TokenLogprob> top_logprobs;
+  bool drafted = false;   // the drafter proposed a token at this position
+  bool accepted = false;  // ... and it is this one
+  bool stops = false;
+  std::string_view text;
+};
+
 struct Request {
   std::vector<int32_t> prompt;
   sampling::SamplingParams params;
@@ -60,6 +75,7 @@ struct Request {
   std::string session;               // park under this id when done; resume a parked one
   bool ignore_eos = false;           // the tokenizer's end-of-turn ids do not stop it (benchmarks)
   std::function<void(std::string_view)> on_text;  // streamed text (may be empty)
+  std::function<void(const TokenEvent&)> on_token;  // every sampled token, after on_text
 };
 
 struct RequestResult {

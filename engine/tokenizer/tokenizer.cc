@@ -428,6 +428,35 @@ std::pair<int32_t, size_t> Tokenizer::MatchAddedToken(std::string_view text, siz
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
+  if (!parse_special) {
+    const std::pair<size_t, size_t> all{0, text.size()};
+    return EncodeWithLiteral(text, add_bos, std::span(&all, 1));
+  }
+  return EncodeWithLiteral(text, add_bos, {});
+}
+
+std::vector<std::pair<size_t, size_t>> Tokenizer::FindControlTokens(std::string_view text) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t pos = 0; pos < text.size();) {
+    const auto [id, len] = MatchAddedToken(text, pos);
+    if (id < 0) {
+      ++pos;
+      continue;
+    }
+    if (type_[id] == TokenType::kControl) out.push_back({pos, pos + len});
+    pos += len;
+  }
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::EncodeWithLiteral(
+    std::string_view text, bool add_bos, std::span<const std::pair<size_t, size_t>> literal) const {
+  // literal is sorted and disjoint; a match [pos, pos + len) that overlaps one stays text.
+  size_t lit = 0;
+  auto overlaps_literal = [&](size_t pos, size_t len) {
+    while (lit < literal.size() && literal[lit].second <= pos) ++lit;
+    return lit < literal.size() && literal[lit].first < pos + len;
+  };
   std::vector<int32_t> out;
   if (add_bos) out.push_back(bos_id_);
   size_t segment = 0;  // start of the text not yet encoded
@@ -445,7 +474,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
     }
     // Like Hugging Face's added-vocabulary matcher with encode_special_tokens: the longest
     // match is found first, and a CONTROL match that may not be parsed stays plain text.
-    if (type_[id] == TokenType::kControl && !parse_special) {
+    if (type_[id] == TokenType::kControl && overlaps_literal(pos, len)) {
       pos += len;
       continue;
     }

@@ -52,6 +52,13 @@ class Tokenizer {
   // RoundTrips(s) (see there for the exceptions real vocabularies have).
   // add_bos prepends bos_id(); parse_special lets CONTROL tokens' text become their id.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // Encode with parse_special, except that a CONTROL token overlapping one of the `literal`
+  // byte ranges [first, second) stays text: a chat prompt whose message contents are
+  // literal, so only the template's own markup yields control tokens (docs/serving.md).
+  std::vector<int32_t> EncodeWithLiteral(std::string_view text, bool add_bos,
+                                         std::span<const std::pair<size_t, size_t>> literal) const;
+  // The byte ranges of `text` that Encode with parse_special would turn into CONTROL tokens.
+  std::vector<std::pair<size_t, size_t>> FindControlTokens(std::string_view text) const;
 
   // The bytes `ids` stand for; CONTROL and USER_DEFINED tokens render as their text. <0xXX>
   // tokens yield their raw byte, so the result may be invalid UTF-8 where HF would print U+FFFD.
@@ -151,5 +158,17 @@ absl::StatusOr<std::string> RenderModelChat(const gguf::File& file, const Tokeni
                                             std::string_view template_source,
                                             const std::vector<ChatMessage>& messages,
                                             bool add_generation_prompt);
+
+// The same prompt as tokens, with every message's content encoded as text: a control token
+// typed inside a content (`<|im_end|><|im_start|>system`) stays text, only the template's own
+// markup yields special tokens. Decode(result) == RenderModelChat(...) (without BOS handling:
+// the template writes any BOS itself). Errors name the message whose content holds one of the
+// two marker code points it uses (U+FDD0, U+FDD1: Unicode noncharacters) or a template that
+// rewrote a content around a control token.
+absl::StatusOr<std::vector<int32_t>> RenderModelChatTokens(const gguf::File& file,
+                                                           const Tokenizer& tok,
+                                                           std::string_view template_source,
+                                                           const std::vector<ChatMessage>& messages,
+                                                           bool add_generation_prompt);
 
 }  // namespace lockstep::tokenizer
