@@ -7,7 +7,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/core/status.h"
+#include "engine/models/stage_wire.h"
 
 namespace lockstep::models {
 
@@ -44,10 +46,16 @@ absl::StatusOr<std::unique_ptr<Runner>> Runner::Create(const Model& model, backe
   RETURN_IF_ERROR(CheckKvFormats(model.config(), options.k_format, options.v_format));
   std::unique_ptr<Runner> r(new Runner(model, be, options));
   RETURN_IF_ERROR(r->Init());
+  if (r->pipelined() && options.link->rank() == 0) RETURN_IF_ERROR(r->Handshake());
   return r;
 }
 
 Runner::~Runner() {
+  if (pipelined() && options_.link->rank() == 0) {
+    wire::Message stop;
+    stop.kind = wire::Kind::kStop;
+    (void)options_.link->Send(1, wire::Encode(stop));  // a stage already gone needs no stop
+  }
   for (void* p : owned_) be_.Free(p);
 }
 
@@ -60,6 +68,27 @@ absl::StatusOr<Tensor> Runner::NewTensor(int64_t rows, int64_t cols, const char*
 absl::Status Runner::Init() {
   const Config& c = model_.config();
   const Weights& w = model_.weights();
+  first_ = 0;
+  last_ = c.n_layer;
+  if (pipelined()) {
+    const std::vector<int64_t>& sp = options_.split;
+    const int n = options_.link->size(), r = options_.link->rank();
+    bool ok = n >= 2 && static_cast<int>(sp.size()) == n + 1 && sp.front() == 0 &&
+              sp.back() == c.n_layer;
+    for (size_t i = 1; ok && i < sp.size(); ++i) ok = sp[i] > sp[i - 1];
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline split {", absl::StrJoin(sp, ","), "} is not ", n + 1,
+          " increasing layer boundaries from 0 to ", c.n_layer, " for ", n, " stages"));
+    }
+    if (options_.micro_batches < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("micro_batches is ", options_.micro_batches,
+                                                     "; it must be >= 1"));
+    }
+    first_ = sp[r];
+    last_ = sp[r + 1];
+  }
+  const bool embeds = first_ == 0, head = last_stage();
   auto bind = [&](const backend::Weight& host, backend::Weight* out) -> absl::Status {
     if (!host.bound()) {
       *out = host;  // a weight this family does not use
@@ -69,11 +98,13 @@ absl::Status Runner::Init() {
     return absl::OkStatus();
   };
   bound_.output_ids = w.output_ids;
-  RETURN_IF_ERROR(bind(w.tok_embd, &bound_.tok_embd));
-  RETURN_IF_ERROR(bind(w.output_norm, &bound_.output_norm));
-  RETURN_IF_ERROR(bind(w.output, &bound_.output));
+  if (embeds) RETURN_IF_ERROR(bind(w.tok_embd, &bound_.tok_embd));
+  if (head) {
+    RETURN_IF_ERROR(bind(w.output_norm, &bound_.output_norm));
+    RETURN_IF_ERROR(bind(w.output, &bound_.output));
+  }
   bound_.layers.resize(w.layers.size());
-  for (size_t il = 0; il < w.layers.size(); ++il) {
+  for (int64_t il = first_; il < last_; ++il) {
     const LayerWeights& h = w.layers[il];
     LayerWeights& b = bound_.layers[il];
     for (auto [src, dst] : {std::pair{&h.attn_norm, &b.attn_norm}, {&h.wq, &b.wq}, {&h.wk, &b.wk},
@@ -91,8 +122,8 @@ absl::Status Runner::Init() {
   layout_.n_blocks = options_.n_blocks;
   layout_.block_size = options_.block_size;
   layout_.kv_dim = c.n_kv_head * c.head_dim;
-  kv_.resize(c.n_layer);
-  for (int64_t il = 0; il < c.n_layer; ++il) {
+  kv_.resize(c.n_layer);  // only this stage's layers get storage
+  for (int64_t il = first_; il < last_; ++il) {
     ASSIGN_OR_RETURN(kv_[il].k, be_.Allocate(layout_.k_bytes(), "KV pool (K)"));
     owned_.push_back(kv_[il].k);
     ASSIGN_OR_RETURN(kv_[il].v, be_.Allocate(layout_.v_bytes(), "KV pool (V)"));
@@ -111,8 +142,10 @@ absl::Status Runner::Init() {
   ASSIGN_OR_RETURN(ws_.gate, NewTensor(T, c.n_ff, "workspace"));
   ASSIGN_OR_RETURN(ws_.up, NewTensor(T, c.n_ff, "workspace"));
   ASSIGN_OR_RETURN(ws_.act, NewTensor(T, c.n_ff, "workspace"));
-  ASSIGN_OR_RETURN(ws_.sel, NewTensor(options_.max_logit_rows, d, "workspace"));
-  ASSIGN_OR_RETURN(ws_.logits, NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
+  if (head) {
+    ASSIGN_OR_RETURN(ws_.sel, NewTensor(options_.max_logit_rows, d, "workspace"));
+    ASSIGN_OR_RETURN(ws_.logits, NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
+  }
   return absl::OkStatus();
 }
 
@@ -120,7 +153,15 @@ absl::Status Runner::CopyBlock(int32_t src, int32_t dst) {
   const int64_t rows = layout_.block_size;
   const int64_t kb = rows * quant::KvRowBytes(layout_.k_format, layout_.kv_dim);
   const int64_t vb = rows * quant::KvRowBytes(layout_.v_format, layout_.kv_dim);
+  if (pipelined() && options_.link->rank() == 0) {
+    wire::Message m;
+    m.kind = wire::Kind::kCopy;
+    m.src = src;
+    m.dst = dst;
+    RETURN_IF_ERROR(options_.link->Send(1, wire::Encode(m)));
+  }
   for (const backend::KvLayer& l : kv_) {
+    if (l.k == nullptr) continue;  // another stage's layer
     auto* k = static_cast<uint8_t*>(l.k);
     auto* v = static_cast<uint8_t*>(l.v);
     RETURN_IF_ERROR(be_.Copy(k + dst * kb, k + src * kb, kb));
@@ -133,9 +174,9 @@ absl::StatusOr<std::vector<uint8_t>> Runner::DownloadKv(int64_t layer,
                                                         std::span<const int32_t> blocks,
                                                         int64_t n_tokens, bool v) const {
   const int64_t bs = layout_.block_size;
-  if (layer < 0 || layer >= static_cast<int64_t>(kv_.size()) ||
-      n_tokens > static_cast<int64_t>(blocks.size()) * bs) {
-    return absl::OutOfRangeError(absl::StrCat("DownloadKv: layer ", layer, ", ", n_tokens,
+  if (layer < first_ || layer >= last_ || n_tokens > static_cast<int64_t>(blocks.size()) * bs) {
+    return absl::OutOfRangeError(absl::StrCat("DownloadKv: layer ", layer, " (this stage holds [",
+                                              first_, ", ", last_, ")), ", n_tokens,
                                               " tokens over ", blocks.size(), " blocks"));
   }
   const int64_t row = quant::KvRowBytes(v ? layout_.v_format : layout_.k_format, layout_.kv_dim);
@@ -148,12 +189,9 @@ absl::StatusOr<std::vector<uint8_t>> Runner::DownloadKv(int64_t layer,
   return out;
 }
 
-absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
-                             const DumpFn* dump) {
+absl::StatusOr<backend::StepMeta> Runner::BuildMeta(std::span<const StepEntry> batch) const {
   const Config& c = model_.config();
-  const Weights& w = bound_;
-  const int64_t hd = c.head_dim, bs = layout_.block_size;
-
+  const int64_t bs = layout_.block_size;
   // The step's metadata: stacked tokens, positions, slots, block tables, logits rows.
   backend::StepMeta meta;
   meta.query_start.push_back(0);
@@ -205,31 +243,61 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
                                               " logits rows; the workspace holds ",
                                               options_.max_logit_rows, " (max_logit_rows)"));
   }
+  return meta;
+}
+
+absl::Status Runner::Emit(const DumpFn* dump, int64_t layer, const char* name, Tensor t) {
+  if (dump == nullptr) return absl::OkStatus();
+  dump_buf_.resize(t.size());
+  RETURN_IF_ERROR(be_.Download(dump_buf_.data(), t.data, t.size() * sizeof(float)));
+  (*dump)(layer < 0 ? std::string(name) : absl::StrCat("blk.", layer, ".", name), dump_buf_.data(),
+          t.rows, t.cols);
+  return absl::OkStatus();
+}
+
+absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
+                             const DumpFn* dump) {
+  if (pipelined()) {
+    if (options_.link->rank() != 0) {
+      return absl::FailedPreconditionError("a pipeline's steps are driven on stage 0");
+    }
+    if (dump != nullptr) {
+      return absl::InvalidArgumentError("intermediate dumps (--dump-layers) need an unsplit model");
+    }
+    return ForwardPipelined(batch, logits);
+  }
+  ASSIGN_OR_RETURN(backend::StepMeta meta, BuildMeta(batch));
+  const int64_t T = meta.n_tokens();
+  const int64_t R = static_cast<int64_t>(meta.output_rows.size());
   meta.may_capture = dump == nullptr;  // a dump reads tensors mid-step
   RETURN_IF_ERROR(be_.BeginStep(meta));
+  const Tensor x = ws_.x.Rows(0, T);
+  RETURN_IF_ERROR(be_.Embed(bound_.tok_embd, x));
+  const Config& c = model_.config();
+  if (c.embed_scale != 1.0f) RETURN_IF_ERROR(be_.Scale(x, c.embed_scale, x));
+  RETURN_IF_ERROR(Emit(dump, -1, "inp_embd", x));
+  RETURN_IF_ERROR(Layers(T, 0, c.n_layer, dump));
+  logits->clear();
+  if (R > 0 && model_.weights().output_ids.empty()) {
+    RETURN_IF_ERROR(Head(T, R, logits, dump));
+  } else if (R > 0) {
+    RETURN_IF_ERROR(Head(T, R, &host_logits_, dump));
+    PlaceLogits(host_logits_, R, logits);
+  }
+  return be_.Synchronize();
+}
 
-  // Named intermediates ("blk.3.attn_out"; layer -1: no prefix), downloaded only when dumped:
-  // the names are not even formed otherwise.
-  std::vector<float> dump_buf;
-  auto emit = [&](int64_t layer, const char* name, Tensor t) -> absl::Status {
-    if (dump == nullptr) return absl::OkStatus();
-    dump_buf.resize(t.size());
-    RETURN_IF_ERROR(be_.Download(dump_buf.data(), t.data, t.size() * sizeof(float)));
-    (*dump)(layer < 0 ? std::string(name) : absl::StrCat("blk.", layer, ".", name), dump_buf.data(),
-            t.rows, t.cols);
-    return absl::OkStatus();
-  };
-
+absl::Status Runner::Layers(int64_t T, int64_t first, int64_t last, const DumpFn* dump) {
+  const Config& c = model_.config();
+  const Weights& w = bound_;
+  const int64_t hd = c.head_dim;
+  auto emit = [&](int64_t layer, const char* name, Tensor t) { return Emit(dump, layer, name, t); };
   const Tensor x = ws_.x.Rows(0, T), h = ws_.h.Rows(0, T), q = ws_.q.Rows(0, T);
   const Tensor k = ws_.k.Rows(0, T), v = ws_.v.Rows(0, T), attn = ws_.attn.Rows(0, T);
   const Tensor o = ws_.o.Rows(0, T), gate = ws_.gate.Rows(0, T), up = ws_.up.Rows(0, T);
   const Tensor act = ws_.act.Rows(0, T);
 
-  RETURN_IF_ERROR(be_.Embed(w.tok_embd, x));
-  if (c.embed_scale != 1.0f) RETURN_IF_ERROR(be_.Scale(x, c.embed_scale, x));
-  RETURN_IF_ERROR(emit(-1, "inp_embd", x));
-
-  for (int64_t il = 0; il < c.n_layer; ++il) {
+  for (int64_t il = first; il < last; ++il) {
     const LayerWeights& l = w.layers[il];
     const LayerConfig& lc = c.layers[il];
 
@@ -272,32 +340,41 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
     RETURN_IF_ERROR(emit(il, "l_out", x));
   }
 
-  logits->clear();
-  if (R > 0) {
-    const Tensor sel = ws_.sel.Rows(0, R), out = ws_.logits.Rows(0, R);
-    RETURN_IF_ERROR(be_.GatherRows(x, sel));
-    RETURN_IF_ERROR(be_.RmsNorm(sel, &w.output_norm, c.norm_eps, sel));
-    RETURN_IF_ERROR(emit(-1, "result_norm", sel));
-    RETURN_IF_ERROR(be_.MatMul(w.output, sel, out));
-    if (c.final_softcap > 0.0f) RETURN_IF_ERROR(be_.Softcap(out, c.final_softcap));
-    RETURN_IF_ERROR(emit(-1, "result_output", out));
-    const int64_t n_out = w.output.rows;
-    if (w.output_ids.empty()) {
-      logits->resize(R * n_out);
-      RETURN_IF_ERROR(be_.Download(logits->data(), out.data, R * n_out * sizeof(float)));
-    } else {
-      // A trimmed head scores only its kept tokens: row r of the head is token output_ids[r].
-      host_logits_.resize(R * n_out);
-      RETURN_IF_ERROR(be_.Download(host_logits_.data(), out.data, R * n_out * sizeof(float)));
-      logits->assign(R * c.n_vocab, -INFINITY);
-      for (int64_t i = 0; i < R; ++i) {
-        for (int64_t r = 0; r < n_out; ++r) {
-          (*logits)[i * c.n_vocab + w.output_ids[r]] = host_logits_[i * n_out + r];
-        }
-      }
-    }
+  return absl::OkStatus();
+}
+
+// The head over the step's logits rows: raw [R, n_out] in host memory (n_out < n_vocab for a
+// trimmed head; PlaceLogits spreads it over the vocabulary).
+absl::Status Runner::Head(int64_t T, int64_t R, std::vector<float>* raw, const DumpFn* dump) {
+  const Config& c = model_.config();
+  const Weights& w = bound_;
+  const Tensor x = ws_.x.Rows(0, T);
+  const Tensor sel = ws_.sel.Rows(0, R), out = ws_.logits.Rows(0, R);
+  RETURN_IF_ERROR(be_.GatherRows(x, sel));
+  RETURN_IF_ERROR(be_.RmsNorm(sel, &w.output_norm, c.norm_eps, sel));
+  RETURN_IF_ERROR(Emit(dump, -1, "result_norm", sel));
+  RETURN_IF_ERROR(be_.MatMul(w.output, sel, out));
+  if (c.final_softcap > 0.0f) RETURN_IF_ERROR(be_.Softcap(out, c.final_softcap));
+  RETURN_IF_ERROR(Emit(dump, -1, "result_output", out));
+  raw->resize(R * w.output.rows);
+  return be_.Download(raw->data(), out.data, R * w.output.rows * sizeof(float));
+}
+
+void Runner::PlaceLogits(const std::vector<float>& raw, int64_t R,
+                         std::vector<float>* logits) const {
+  const Config& c = model_.config();
+  const std::vector<int32_t>& ids = model_.weights().output_ids;
+  if (ids.empty()) {
+    logits->insert(logits->end(), raw.begin(), raw.begin() + R * c.n_vocab);
+    return;
   }
-  return be_.Synchronize();
+  // A trimmed head scores only its kept tokens: row r of the head is token output_ids[r].
+  const int64_t n_out = static_cast<int64_t>(ids.size());
+  const size_t base = logits->size();
+  logits->resize(base + R * c.n_vocab, -INFINITY);
+  for (int64_t i = 0; i < R; ++i) {
+    for (int64_t r = 0; r < n_out; ++r) (*logits)[base + i * c.n_vocab + ids[r]] = raw[i * n_out + r];
+  }
 }
 
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Backend& be,

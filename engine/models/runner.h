@@ -15,6 +15,7 @@
 #include "engine/backend/backend.h"
 #include "engine/models/kv_pool.h"
 #include "engine/models/model.h"
+#include "engine/models/stage_link.h"
 
 namespace lockstep::models {
 
@@ -25,7 +26,22 @@ struct RunnerOptions {
   quant::KvFormat v_format = quant::KvFormat::kF32;
   int64_t block_size = 16;        // tokens per KV block
   int64_t n_blocks = 0;           // KV blocks in the pool
+  // Pipeline stages (docs/pipeline.md). `split` = the layer boundaries {0, l1, ..., n_layer} of
+  // link->size() stages (empty: unsplit); this runner is stage link->rank(). Rank 0 embeds and
+  // is the one the engine drives; its Forward cuts a step into `micro_batches` groups of entries
+  // that are in flight through the stages together. `timeout_ms` bounds every wait for a stage.
+  std::vector<int64_t> split;
+  StageLink* link = nullptr;
+  int64_t micro_batches = 2;
+  int64_t timeout_ms = 120000;
 };
+
+// Layer boundaries for `n_stages` stages balanced by the bytes of each layer's weights (the
+// embedding counts to stage 0, the head to the last): {0, l1, ..., n_layer}.
+absl::StatusOr<std::vector<int64_t>> BalancedSplit(const Model& model, int64_t n_stages);
+// "L1,L2,..." (explicit inner boundaries) -> {0, L1, L2, ..., n_layer}; errors name the entry.
+absl::StatusOr<std::vector<int64_t>> ParseSplit(const std::string& text, int64_t n_layer,
+                                                int64_t n_stages);
 
 // The bytes one KV block costs across every layer (K and V), for sizing a pool from a budget.
 int64_t KvBlockBytes(const Config& c, quant::KvFormat k, quant::KvFormat v, int64_t block_size);
@@ -65,8 +81,14 @@ class Runner {
   absl::Status Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
                        const DumpFn* dump = nullptr);
 
-  // Copies every layer's K and V rows of block src into block dst.
+  // Copies every layer's K and V rows of block src into block dst (on every stage).
   absl::Status CopyBlock(int32_t src, int32_t dst);
+
+  // Pipeline: stage `r` of the split, its layers [first, last), and one line per stage that
+  // rank 0 collected at creation ("stage1=host:cpu (avx2, 2 threads) layers [15, 30)").
+  int64_t first_layer() const { return first_; }
+  int64_t last_layer() const { return last_; }
+  const std::vector<std::string>& stage_lines() const { return stage_lines_; }
   // The stored K (or V) rows of positions [0, n_tokens) of a sequence's blocks in `layer`, in
   // the pool's format: [n_tokens, RowBytes] bytes (for tests and dumps).
   absl::StatusOr<std::vector<uint8_t>> DownloadKv(int64_t layer, std::span<const int32_t> blocks,
@@ -76,6 +98,23 @@ class Runner {
   Runner(const Model& model, backend::Backend& be, const RunnerOptions& options)
       : model_(model), be_(be), options_(options) {}
   absl::Status Init();
+  friend absl::Status RunStage(const Model& model, backend::Backend& be, StageLink& link);
+  bool pipelined() const { return options_.link != nullptr; }
+  bool last_stage() const { return last_ == model_.config().n_layer; }
+  // The unsplit forward's parts: the step's metadata (validated), layers [first, last) over the
+  // residual ws_.x, and the head over the logits rows.
+  absl::StatusOr<backend::StepMeta> BuildMeta(std::span<const StepEntry> batch) const;
+  absl::Status Layers(int64_t T, int64_t first, int64_t last, const DumpFn* dump);
+  absl::Status Head(int64_t T, int64_t R, std::vector<float>* raw, const DumpFn* dump);
+  absl::Status Emit(const DumpFn* dump, int64_t layer, const char* name, backend::Tensor t);
+  // Rank 0 of a split: the step cut into micro-batches that flow through the stages.
+  absl::Status ForwardPipelined(std::span<const StepEntry> batch, std::vector<float>* logits);
+  // Ranks > 0: serve steps from the previous stage until it says stop.
+  absl::Status ServeStage();
+  // Rank 0 at creation: sends the options and split down the chain and collects every stage's
+  // line (a stage that cannot start answers with its error).
+  absl::Status Handshake();
+  void PlaceLogits(const std::vector<float>& raw, int64_t R, std::vector<float>* logits) const;
   absl::StatusOr<backend::Tensor> NewTensor(int64_t rows, int64_t cols, const char* what);
 
   const Model& model_;
@@ -88,8 +127,15 @@ class Runner {
   struct Workspace {
     backend::Tensor x, h, q, k, v, attn, o, gate, up, act, sel, logits;
   } ws_;
-  std::vector<float> host_logits_;
+  std::vector<float> host_logits_, dump_buf_;
+  int64_t first_ = 0, last_ = 0;         // this stage's layers
+  std::vector<std::string> stage_lines_;
 };
+
+// Runs stage link.rank() > 0 of a pipeline until rank 0 shuts it down: receives the runner's
+// options and split from the previous stage, binds only its layers (and the head on the last
+// stage), announces itself to rank 0 and serves steps. Errors name the stage.
+absl::Status RunStage(const Model& model, backend::Backend& be, StageLink& link);
 
 // The logits of one sequence run alone from position 0 in one step (the golden and logits
 // paths): [T, n_vocab] when `all`, else [1, n_vocab]. A scratch pool just large enough.
