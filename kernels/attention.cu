@@ -1,6 +1,8 @@
-// Paged attention (attention.h): a piece kernel, one CTA per (piece, head, query row), writes
-// (max, sum, unnormalised output) per piece; a combine kernel, one CTA per (head, query row),
-// merges the pieces in order.
+// Paged attention (attention.h): a piece kernel, one CTA of 8 warps per (piece, head, query row),
+// warp w owning keys 32w..32w+31 of the piece (lane = key for the scores, lane = dims for the
+// output), writes (max, sum, unnormalised output) per piece, or the finished row when the row's
+// keys lie in one piece; a combine kernel, one CTA per (head, query row), merges the pieces of
+// the other rows in order (launched only when the grid has more than one piece).
 #include "kernels/attention.h"
 
 #include "engine/quant/blocks.h"
@@ -8,12 +10,14 @@
 #include "engine/quant/fp.h"
 #include "engine/quant/kv_format.h"
 
+#include <cuda_fp16.h>
+
 namespace lockstep::kernels {
 namespace {
 
 namespace q = ::lockstep::quant;
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;
 
 // Element e of a KV row in format fmt, decoded exactly as the host decoders do.
 __device__ __forceinline__ float KvElem(uint32_t fmt, const uint8_t* row, int e) {
@@ -63,88 +67,163 @@ __device__ RowInfo FindRow(const PagedAttentionParams& p, int64_t t) {
   return r;
 }
 
-__device__ __forceinline__ const uint8_t* SlotRow(const PagedAttentionParams& p, const void* cache,
-                                                  int64_t row_bytes, int seq, int j) {
-  const int block = p.block_table[(int64_t)seq * p.max_blocks_per_seq + j / p.block_size];
-  const int64_t slot = (int64_t)block * p.block_size + j % p.block_size;
-  return static_cast<const uint8_t*>(cache) + slot * row_bytes;
+// The piece's dot-product classes: dim d of a score goes to class d % kScoreClasses; the class
+// chains meet in the fixed tree ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)).
+constexpr int kScoreClasses = 8;
+constexpr int kSubKeys = 32;                          // keys per warp: one per lane
+constexpr int kWarps = kAttentionPiece / kSubKeys;    // 8 warps cover one piece
+static_assert(kThreads == kWarps * 32, "one warp per sub-piece");
+
+__device__ __forceinline__ float ClassTree(const float (&a)[kScoreClasses]) {
+  return __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
+                   __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
 }
 
+// kFast: K and V are f16 and every head's slice is 16-byte aligned (checked by the launcher);
+// the loads are wider, the arithmetic and its order are the generic path's.
+template <bool kFast>
 __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, int n_pieces,
                                                         float* __restrict__ ws) {
   __shared__ float qs[kAttentionMaxHeadDim];
-  __shared__ float sc[kAttentionPiece];
-  __shared__ float red[kThreads / 32];
-  __shared__ float m_s, l_s;
+  __shared__ float ps[kAttentionPiece];
+  __shared__ int64_t slot_s[kAttentionPiece];
+  __shared__ float ow[kWarps][kAttentionMaxHeadDim];
+  __shared__ float red[kWarps];
+  __shared__ float lw[kWarps];
   const int piece = blockIdx.x, h = blockIdx.y;
   const int64_t t = blockIdx.z;
   const RowInfo r = FindRow(p, t);
-  const int j0 = max(piece * kAttentionPiece, r.lo);
-  const int j1 = min(piece * kAttentionPiece + kAttentionPiece - 1, r.hi);
-  if (j1 < j0) return;  // nothing visible: the combine kernel skips this piece
   const int D = p.head_dim;
+  float* dst = p.out + (t * p.n_head + h) * D;
+  if (r.hi < r.lo) {  // sees no key: zeros, written once (piece 0 is always in the grid)
+    if (piece == 0) for (int d = threadIdx.x; d < D; d += kThreads) dst[d] = 0.0f;
+    return;
+  }
+  const int base = piece * kAttentionPiece;
+  const int j0 = max(base, r.lo);
+  const int j1 = min(base + kAttentionPiece - 1, r.hi);
+  if (j1 < j0) return;  // nothing visible: the combine kernel skips this piece
   const int kvh = h / (p.n_head / p.n_kv_head);
   const int64_t kv_dim = (int64_t)p.n_kv_head * D;
   const int64_t k_rb = q::KvRowBytes((q::KvFormat)p.k_format, kv_dim);
   const int64_t v_rb = q::KvRowBytes((q::KvFormat)p.v_format, kv_dim);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = p.q[(t * p.n_head + h) * D + d];
-  __syncthreads();
-  const int base = piece * kAttentionPiece;
-  const int n_keys = j1 - j0 + 1;
-  // Scores: warp w takes keys j0 + w, j0 + w + 4, ...
-  for (int kk = warp; kk < n_keys; kk += kThreads / 32) {
-    const int j = j0 + kk;
-    const uint8_t* krow = SlotRow(p, p.k_cache, k_rb, r.seq, j);
-    float dot = 0.0f;
-    for (int d = lane; d < D; d += 32) dot = __fmaf_rn(qs[d], KvElem(p.k_format, krow, kvh * D + d), dot);
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) dot = __fadd_rn(dot, __shfl_xor_sync(0xFFFFFFFFu, dot, o));
-    float s = __fmul_rn(dot, p.scale);
-    if (p.softcap > 0.0f) s = __fmul_rn(p.softcap, tanhf(__fdiv_rn(s, p.softcap)));
-    if (lane == 0) sc[j - base] = s;
+  {
+    const int kk = threadIdx.x, j = base + kk;
+    if (j >= j0 && j <= j1) {
+      const int block = p.block_table[(int64_t)r.seq * p.max_blocks_per_seq + j / p.block_size];
+      slot_s[kk] = (int64_t)block * p.block_size + j % p.block_size;
+    }
   }
   __syncthreads();
-  // Max (exact in any order).
-  float mx = -INFINITY;
-  for (int kk = threadIdx.x; kk < n_keys; kk += kThreads) mx = fmaxf(mx, sc[j0 - base + kk]);
+  // Scores: lane l of warp w is key base + 32 w + l; its dot runs kScoreClasses fma chains over
+  // the dims in increasing order, then the class tree.
+  const int kk_own = warp * kSubKeys + lane;
+  const int j_own = base + kk_own;
+  const bool vis = j_own >= j0 && j_own <= j1;
+  float s = -INFINITY;
+  if (vis) {
+    const uint8_t* krow = static_cast<const uint8_t*>(p.k_cache) + slot_s[kk_own] * k_rb;
+    float a[kScoreClasses];
+#pragma unroll
+    for (int c = 0; c < kScoreClasses; ++c) a[c] = 0.0f;
+    if constexpr (kFast) {
+      const uint4* k8 = reinterpret_cast<const uint4*>(krow + (int64_t)kvh * D * 2);
+      for (int g = 0; g < D / 8; ++g) {
+        const uint4 w = k8[g];
+        const __half2* hw = reinterpret_cast<const __half2*>(&w);
+#pragma unroll
+        for (int c2 = 0; c2 < 4; ++c2) {
+          const float2 f = __half22float2(hw[c2]);
+          a[2 * c2] = __fmaf_rn(qs[8 * g + 2 * c2], f.x, a[2 * c2]);
+          a[2 * c2 + 1] = __fmaf_rn(qs[8 * g + 2 * c2 + 1], f.y, a[2 * c2 + 1]);
+        }
+      }
+    } else {
+      for (int g = 0; g < D; g += kScoreClasses) {
+#pragma unroll
+        for (int c = 0; c < kScoreClasses; ++c) {
+          if (g + c < D) a[c] = __fmaf_rn(qs[g + c], KvElem(p.k_format, krow, kvh * D + g + c), a[c]);
+        }
+      }
+    }
+    s = __fmul_rn(ClassTree(a), p.scale);
+    if (p.softcap > 0.0f) s = __fmul_rn(p.softcap, tanhf(__fdiv_rn(s, p.softcap)));
+  }
+  // Piece max (exact in any order).
+  float mx = s;
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
   if (lane == 0) red[warp] = mx;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = red[0];
-    for (int k = 1; k < kThreads / 32; ++k) m = fmaxf(m, red[k]);
-    m_s = m;
-  }
-  __syncthreads();
-  const float m = m_s;
-  for (int kk = threadIdx.x; kk < n_keys; kk += kThreads) {
-    sc[j0 - base + kk] = expf(__fsub_rn(sc[j0 - base + kk], m));
-  }
-  __syncthreads();
-  if (warp == 0) {
-    float l = 0.0f;
-    for (int kk = lane; kk < n_keys; kk += 32) l = __fadd_rn(l, sc[j0 - base + kk]);
+  float m = red[0];
 #pragma unroll
-    for (int o = 16; o >= 1; o /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xFFFFFFFFu, l, o));
-    if (lane == 0) l_s = l;
+  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[w]);
+  // p = expf(s - m); the piece sum: per warp a shfl_xor tree (16..1) over its 32 keys (invisible
+  // keys add +0), then the warps' sums in warp order.
+  const float pv = vis ? expf(__fsub_rn(s, m)) : 0.0f;
+  ps[kk_own] = pv;
+  float l = pv;
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xFFFFFFFFu, l, o));
+  if (lane == 0) lw[warp] = l;
+  __syncwarp();
+  // Output: warp w runs, per dim, the fma chain over its visible keys in key order.
+  constexpr int kMaxPerLane = kAttentionMaxHeadDim / 32;
+  float o[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) o[i] = 0.0f;
+  const int w0 = max(warp * kSubKeys, j0 - base), w1 = min(warp * kSubKeys + kSubKeys - 1, j1 - base);
+  const int64_t v_off = (int64_t)kvh * D;
+#pragma unroll 2
+  for (int kk = w0; kk <= w1; ++kk) {
+    const uint8_t* vrow = static_cast<const uint8_t*>(p.v_cache) + slot_s[kk] * v_rb;
+    const float pk = ps[kk];
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) {
+        float v;
+        if constexpr (kFast) {
+          v = __half2float(reinterpret_cast<const __half*>(vrow)[v_off + d]);
+        } else {
+          v = KvElem(p.v_format, vrow, (int)(v_off + d));
+        }
+        o[i] = __fmaf_rn(pk, v, o[i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) ow[warp][d] = o[i];
   }
   __syncthreads();
+  // The piece: warps summed in warp order.
+  float L = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) L = __fadd_rn(L, lw[w]);
+  const bool single = r.lo / kAttentionPiece == r.hi / kAttentionPiece;
   float* out = ws + (((int64_t)t * p.n_head + h) * n_pieces + piece) * (D + 2);
+  // A row whose keys lie in one piece is finished here with the combine kernel's arithmetic for
+  // one piece (M = max(-inf, m), weights expf(m - M)), so its bits are the combine's.
+  const float M1 = fmaxf(-INFINITY, m);
+  const float e1 = expf(__fsub_rn(m, M1));
+  const float L1 = __fmaf_rn(L, e1, 0.0f);
   for (int d = threadIdx.x; d < D; d += kThreads) {
-    float o = 0.0f;
-#pragma unroll 4
-    for (int kk = 0; kk < n_keys; ++kk) {
-      const int j = j0 + kk;
-      const uint8_t* vrow = SlotRow(p, p.v_cache, v_rb, r.seq, j);
-      o = __fmaf_rn(sc[j - base], KvElem(p.v_format, vrow, kvh * D + d), o);
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) acc = __fadd_rn(acc, ow[w][d]);
+    if (single) {
+      dst[d] = __fdiv_rn(__fmaf_rn(acc, e1, 0.0f), L1);
+    } else {
+      out[2 + d] = acc;
     }
-    out[2 + d] = o;
   }
-  if (threadIdx.x == 0) {
+  if (!single && threadIdx.x == 0) {
     out[0] = m;
-    out[1] = l_s;
+    out[1] = L;
   }
 }
 
@@ -155,11 +234,9 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p
   const RowInfo r = FindRow(p, t);
   const int D = p.head_dim;
   float* dst = p.out + (t * p.n_head + h) * D;
-  if (r.hi < r.lo) {
-    for (int d = threadIdx.x; d < D; d += kThreads) dst[d] = 0.0f;
-    return;
-  }
   const int pa = r.lo / kAttentionPiece, pb = r.hi / kAttentionPiece;
+  // Rows that see no key, or whose keys lie in one piece, were finished by the piece kernel.
+  if (r.hi < r.lo || pa == pb) return;
   const float* base = ws + ((int64_t)t * p.n_head + h) * n_pieces * (D + 2);
   float M = -INFINITY;
   for (int i = pa; i <= pb; ++i) M = fmaxf(M, base[i * (D + 2)]);
@@ -208,9 +285,20 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
   if (p.T > 65535) return cudaErrorInvalidValue;  // grid.z / grid.y limit
   const int n_pieces = p.max_seq_len < 1 ? 1 : (p.max_seq_len + kAttentionPiece - 1) / kAttentionPiece;
   float* ws = static_cast<float*>(workspace);
-  PieceKernel<<<dim3(n_pieces, p.n_head, (unsigned)p.T), kThreads, 0, stream>>>(p, n_pieces, ws);
+  const dim3 grid(n_pieces, p.n_head, (unsigned)p.T);
+  // The f16 route reads 16-byte vectors of K: each head's slice of a row must be 16-byte aligned.
+  const bool fast = p.k_format == (uint32_t)q::KvFormat::kF16 &&
+                    p.v_format == (uint32_t)q::KvFormat::kF16 && p.head_dim % 8 == 0 &&
+                    reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0;
+  if (fast) {
+    PieceKernel<true><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+  } else {
+    PieceKernel<false><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  // With one piece every row was finished by the piece kernel (the combine would skip them all).
+  if (n_pieces == 1) return cudaSuccess;
   CombineKernel<<<dim3(p.n_head, (unsigned)p.T), kThreads, 0, stream>>>(p, n_pieces, ws);
   return cudaGetLastError();
 }

@@ -1,13 +1,18 @@
 // Paged attention for a ragged batch, one launch per layer, decode and prefill alike.
 //
 // Reduction order (docs/kernels.md): the keys of a sequence are cut into fixed pieces of
-// kAttentionPiece keys (key j is in piece j / kAttentionPiece), whatever the batch. Within a
-// piece, scores are dot products summed lane-strided over head_dim (lane l: dims l, l+32, ... by
-// fma) then a shuffle tree; the piece max is exact; p = expf(s - max); the piece sum and each
-// output dim are fma chains over the piece's visible keys in key order. Pieces are combined in
-// piece order (rescaled by expf(m_i - M), M the max of the piece maxima). So a query row's result
-// depends only on its own sequence's cache and position, not on its neighbours, the slots or the
-// block table's fragmentation, nor on whether it runs as decode or inside a prefill.
+// kAttentionPiece keys (key j is in piece j / kAttentionPiece), whatever the batch, and each
+// piece into 8 sub-pieces of 32 keys (one warp each, key j on lane j % 32). A score is the dot
+// product as 8 fma chains over the dims (dim d in chain d % 8, increasing d) meeting in the fixed
+// tree ((a0+a4)+(a2+a6))+((a1+a5)+(a3+a7)), times scale, then the optional softcap; the piece max
+// is exact; p = expf(s - max). The piece sum is a shfl_xor tree (16..1) over each warp's 32
+// keys (invisible keys add +0), then the 8 warp sums in warp order; each output dim is, per warp,
+// an fma chain over the warp's visible keys in key order, then the 8 warp partials in warp order.
+// Pieces are combined in piece order (rescaled by expf(m_i - M), M the max of the piece maxima);
+// a row whose keys lie in one piece is finished by the piece kernel with the same arithmetic. So
+// a query row's result depends only on its own sequence's cache and position, not on its
+// neighbours, the slots, the block table's fragmentation, the grid's piece count, nor on
+// whether it runs as decode or inside a prefill.
 #pragma once
 
 #include <cuda_runtime.h>

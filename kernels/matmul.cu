@@ -30,9 +30,9 @@ using namespace matmul_internal;  // kernels/matmul_weights.cuh
 // the class chains of rows slice * kR .. slice * kR + kR - 1 (kR independent chains per lane,
 // each token). All kR rows of a lane are at the same chunk at any time, so the lane loads that
 // chunk's activations once (8 elements at a time, through L1) and uses them for kR rows.
-// Weights reach shared memory through a per-warp ring of kDecStages slots filled with cp.async
+// Weights reach shared memory through a per-warp ring of G::kStages slots filled with cp.async
 // (16-byte cp.async.cg when every step is 16-byte aligned, else the widest unit that divides the
-// row layout), kDecStages - 1 steps ahead of the one being computed; no CTA-wide barrier.
+// row layout), kStages - 1 steps ahead of the one being computed; no CTA-wide barrier.
 // Decoding is per type (DecFrag): Q4_K and Q8_0 read their raw bytes with vector shared loads
 // and build each weight with the exact operations of DecodeBlock (see DecFrag below); the other
 // types run WT<kType>::Decode on the staged group.
@@ -63,7 +63,11 @@ struct DecGeom {
   static constexpr int kStepBytes = kS * kGB;                       // per row and step
   static constexpr int kRowPad = (kStepBytes + 15) / 16 * 16 + 16;  // +16: rows on other banks
   static constexpr int kSlotBytes = kRows * kRowPad;
-  static constexpr int kWarpSmem = kDecStages * kSlotBytes;
+  // Ring depth: kDecStages, except for steps of 1.5 KB or more per row (Q6_K: 8 groups, the
+  // fewest 210-byte groups that keep 16-byte copies), where one step ahead covers the latency
+  // and a 2-slot ring leaves room for twice the warps or twice the rows per lane.
+  static constexpr int kStages = kStepBytes >= 1536 ? 2 : kDecStages;
+  static constexpr int kWarpSmem = kStages * kSlotBytes;
   static constexpr int kU16 = kStepBytes / 16;                      // 16-byte units per row-step
   static constexpr int kCopies = (kRows * kU16 + 31) / 32;          // per lane, fast path
   static_assert(kCopies <= 64, "fast-path copy mask");
@@ -164,6 +168,51 @@ struct DecFrag<(uint32_t)q::Type::Q8_0> {
   }
 };
 
+// Q6_K: value = (d * scales[s]) * (q - 32), each product rounded (DecodeBlockQ6_K), q = low
+// nibble of ql | 2 bits of qh << 4. The staged group starts 2 bytes past a 4-byte boundary for
+// odd groups (210-byte blocks): the lane reads the 9 aligned words around its 32 ql bytes and
+// its 32 qh bytes and realigns them with one PRMT per word (as Q8_0), then builds 4 quants per
+// word with byte-parallel masks; q - 32 comes from the magic float 2^23 + q minus 2^23 + 32
+// (exact), and the scale product is the decoder's single rounded multiply.
+template <>
+struct DecFrag<(uint32_t)q::Type::Q6_K> {
+  float dl0, dl1;
+  uint32_t qw[8];
+  LS_DEV void Load(const uint8_t* g, int cls) {
+    const uint32_t mis = (uint32_t)(reinterpret_cast<uintptr_t>(g) & 3u);  // 0 or 2
+    const uint32_t* base = reinterpret_cast<const uint32_t*>(g - mis);
+    const uint32_t sel = mis ? 0x5432u : 0x3210u;
+    const int j = cls / 4;
+    const int lo_w = (64 * j + 32 * (cls % 2)) / 4, hi_w = (128 + 32 * j) / 4;
+    const int lshift = 4 * ((cls % 4) / 2), hshift = 2 * (cls % 4);
+    uint32_t L[9], H[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) L[k] = base[lo_w + k], H[k] = base[hi_w + k];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lw = __byte_perm(L[i], L[i + 1], sel), hw = __byte_perm(H[i], H[i + 1], sel);
+      qw[i] = ((lw >> lshift) & 0x0F0F0F0Fu) | (((hw >> hshift) & 0x03030303u) << 4);
+    }
+    const auto* b = reinterpret_cast<const q::BlockQ6_K*>(g);
+    const float d = H2F(*reinterpret_cast<const uint16_t*>(g + 208));
+    const uint16_t sc = *reinterpret_cast<const uint16_t*>(b->scales + 2 * cls);
+    dl0 = __fmul_rn(d, (float)(int8_t)(sc & 0xFFu));
+    dl1 = __fmul_rn(d, (float)(int8_t)(sc >> 8));
+  }
+  template <int kQ>
+  LS_DEV void Quarter(float (&w)[8]) const {
+    const float dl = kQ < 2 ? dl0 : dl1;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t v = qw[2 * kQ + i];
+      w[4 * i + 0] = __fmul_rn(dl, __fsub_rn(MagicByte<0>(v), 8388640.0f));
+      w[4 * i + 1] = __fmul_rn(dl, __fsub_rn(MagicByte<1>(v), 8388640.0f));
+      w[4 * i + 2] = __fmul_rn(dl, __fsub_rn(MagicByte<2>(v), 8388640.0f));
+      w[4 * i + 3] = __fmul_rn(dl, __fsub_rn(MagicByte<3>(v), 8388640.0f));
+    }
+  }
+};
+
 LS_DEV void CpAsync16(void* dst, const void* src) {
   const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
@@ -253,18 +302,18 @@ __global__ void __launch_bounds__(128)
     for (int t = 0; t < kTT; ++t) acc[r][t] = 0.0f;
 
 #pragma unroll
-  for (int s = 0; s < kDecStages - 1; ++s) {
+  for (int s = 0; s < G::kStages - 1; ++s) {
     if (s < n_steps) issue(s, s);
     CpCommit();
   }
   const float* xl = x + t0 * cols;
   for (int64_t step = 0; step < n_steps; ++step) {
-    const int64_t nxt = step + kDecStages - 1;
-    if (nxt < n_steps) issue(nxt, (int)(nxt % kDecStages));
+    const int64_t nxt = step + G::kStages - 1;
+    if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
     CpCommit();
-    CpWait<kDecStages - 1>();
+    CpWait<G::kStages - 1>();
     __syncwarp();
-    const uint8_t* slot = ring + (int)(step % kDecStages) * G::kSlotBytes + sl * kR * G::kRowPad;
+    const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
 #pragma unroll 1
     for (int s = 0; s < G::kS; ++s) {
       const int64_t c = (step * G::kS + s) * kClasses + cls;
@@ -499,7 +548,8 @@ cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t 
 template <uint32_t kType>
 cudaError_t LaunchDecode(const uint8_t* w, int64_t rows, int64_t cols, int64_t row_bytes, const float* x,
                          int64_t T, float* y, float w_scale, int r_force, cudaStream_t stream) {
-  constexpr bool kFast = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q8_0;
+  constexpr bool kFast = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q8_0 ||
+                        kType == (uint32_t)q::Type::Q6_K;
   int r = r_force;
   if (r == 0) {
     const int64_t sms = SmCount();

@@ -66,7 +66,7 @@ void Bench() {
     const int n_head = 32, n_kv = 8, D = 128, bs = 16;
     const int64_t kv_dim = (int64_t)n_kv * D;
     struct Case { const char* name; int n_seq, seq_len, q_len; };
-    for (const Case c : {Case{"decode depth 1024", 1, 1024, 1}, Case{"decode depth 8192", 1, 8192, 1},
+    for (const Case c : {Case{"decode depth 64", 1, 64, 1}, Case{"decode depth 1024", 1, 1024, 1}, Case{"decode depth 8192", 1, 8192, 1},
                          Case{"decode c=64 depth 1024", 64, 1024, 1}, Case{"prefill 512", 1, 512, 512},
                          Case{"prefill 2048", 1, 2048, 2048}}) {
       const int nb = (c.seq_len + bs - 1) / bs;
@@ -116,7 +116,7 @@ void Bench() {
                                 {"ffn_gate 14336x4096", 14336, 4096}, {"ffn_up 14336x4096", 14336, 4096},
                                 {"ffn_down 4096x14336", 4096, 14336}};
   const M head = {"output 128256x4096", 128256, 4096};
-  for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0}) {
+  for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K}) {
     const auto tr = Tr(ty);
     auto bytes_of = [&](const M& m) { return m.rows * m.cols / tr.block_size * tr.type_size; };
     // Two copies of the layer set, alternated, so that no rep reads weights out of L2.

@@ -117,14 +117,18 @@ void BuildCache(AttnBatch& b, const std::vector<std::vector<float>>& krows,
   }
 }
 
-std::vector<float> RunAttention(const AttnBatch& b) {
+// shift > 0 places both caches `shift` bytes past a 16-byte boundary (the f16 route needs
+// 16-byte-aligned rows, so this forces the generic route on the same values).
+std::vector<float> RunAttention(const AttnBatch& b, int shift = 0) {
   const int n_seq = (int)b.seq_len.size();
   const int64_t T = b.qstart[n_seq];
   Dev<float> dq = Upload(b.qv), dout(T * b.n_head * b.head_dim);
-  Dev<uint8_t> dk = Upload(b.kc), dv = Upload(b.vc);
+  Dev<uint8_t> dk(b.kc.size() + 16), dv(b.vc.size() + 16);
+  CK(cudaMemcpy(dk.p + shift, b.kc.data(), b.kc.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dv.p + shift, b.vc.data(), b.vc.size(), cudaMemcpyHostToDevice));
   Dev<int32_t> dqs = Upload(b.qstart), dsl = Upload(b.seq_len), dbt = Upload(b.table), dpos = Upload(b.pos);
   lk::PagedAttentionParams p;
-  p.q = dq.p, p.k_cache = dk.p, p.v_cache = dv.p;
+  p.q = dq.p, p.k_cache = dk.p + shift, p.v_cache = dv.p + shift;
   p.k_format = (uint32_t)b.kf, p.v_format = (uint32_t)b.vf;
   p.query_start = dqs.p, p.seq_len = dsl.p, p.block_table = dbt.p, p.positions = dpos.p;
   p.out = dout.p;
@@ -218,7 +222,7 @@ void CheckAttention(bool quick) {
             if (b.softcap > 0) sv = b.softcap * std::tanh(sv / b.softcap);
             sc[j] = sv;
             mx = std::max(mx, sv);
-            ds_max = std::max(ds_max, ((double)b.head_dim / 32 + 8) * kU * mag * b.scale + 8 * kU * std::fabs(sv));
+            ds_max = std::max(ds_max, ((double)b.head_dim / 8 + 8) * kU * mag * b.scale + 8 * kU * std::fabs(sv));
             for (int e = 0; e < b.head_dim; ++e) vmax = std::max(vmax, (double)std::fabs(vd[(size_t)j * kv_dim + kvh * b.head_dim + e]));
           }
           double l = 0;
@@ -234,6 +238,13 @@ void CheckAttention(bool quick) {
           }
         }
       }
+    }
+    // Invariance 0: the f16 route (16-byte K loads) == the generic route on the same cache.
+    if (b.kf == q::KvFormat::kF16 && b.vf == q::KvFormat::kF16) {
+      const auto og = RunAttention(b, 2);
+      bool same = true;
+      for (size_t i = 0; i < og.size(); ++i) same &= SameBits(og[i], out[i]);
+      inv->Bit(same, std::string(ctx) + ": f16 route != generic route (cache 2 bytes off)");
     }
     // Invariance 1: each sequence alone, in a freshly shuffled pool (other slots, other blocks).
     const int64_t row_elems = (int64_t)b.n_head * b.head_dim;
@@ -270,7 +281,7 @@ void CheckAttention(bool quick) {
     }
   }
   acc->shapes = std::to_string(configs) + " ragged batches of 1-5 seqs, seq_len {1,2,255,256,257,511,513,700,1030}, decode+prefill rows, GQA 4/4 8/2 6/1, D {64,96,128,256}, all 7 KV formats for K and V, window 300, softcap 20, block 16/32, fragmented tables; bound from score error and fp32 sums";
-  inv->shapes = "seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
+  inv->shapes = "f16 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
 }
 
 }  // namespace lockstep::kernels::check
