@@ -114,11 +114,11 @@ void WriteFile(const std::string& path, const std::string& text) {
   }
 }
 
-std::string ReadText(const std::string& path) {
+std::string ReadText(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw CliError(2, "--text: cannot read " + path +
-                          " (run from the repository root, or pass --text FILE)");
+    throw CliError(2, what + ": cannot read " + path +
+                          (what == "--text" ? " (run from the repository root, or pass --text FILE)" : ""));
   }
   std::stringstream ss;
   ss << in.rdbuf();
@@ -139,7 +139,7 @@ void RunQualify(const Args& a, const std::string& command) {
   if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
   auto vf = quant::ParseKvFormat(a.kv_v);
   if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
-  const std::string text = ReadText(a.text);
+  const std::string text = ReadText(a.text, "--text");
   const int threads = a.threads > 0 ? a.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto path = store::ResolveModel(a.model);
@@ -173,8 +173,11 @@ void RunQualify(const Args& a, const std::string& command) {
   json checks = json::array();
   auto be = backend::MakeBackend(a.backend, {threads});
   ThrowIfError(be.status());
+  // The load average at the start: timings on a shared machine are read against it.
+  const std::string loadavg = ReadText("/proc/loadavg", "/proc/loadavg");
   record["machine"] = {{"backend", (*be)->Describe()}, {"threads", threads},
-                       {"hardware_threads", std::thread::hardware_concurrency()}};
+                       {"hardware_threads", std::thread::hardware_concurrency()},
+                       {"loadavg_at_start", loadavg.substr(0, loadavg.find(' '))}};
   auto model = models::Model::Load(*path);
   Check(checks, "model loads (every tensor bound, shapes and types checked)", model.status(),
         *path);
