@@ -178,8 +178,10 @@ void RegisterBench(CLI::App& app) {
     eo.max_step_tokens = std::max<int64_t>(eo.max_step_tokens,
                                            int64_t{eo.max_running} * args->prompt_tokens);
     if (eo.ctx == 0) eo.ctx = args->prompt_tokens + args->gen_tokens;
+    if (StartPipeline(args->engine, *m.model, **be, &eo)) return;  // this process was a stage
     auto engine = runtime::Engine::Create(*m.model, *m.tok, **be, eo);
     ThrowIfError(engine.status());
+    PrintStages(**engine);
     std::mt19937 rng(42);
     std::vector<int32_t> prompt(args->prompt_tokens);
     for (auto& id : prompt) id = static_cast<int32_t>(rng() % c.n_vocab);

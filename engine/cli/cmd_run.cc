@@ -13,6 +13,7 @@
 #include "engine/backend/backend.h"
 #include "engine/cli/commands.h"
 #include "engine/cli/engine_flags.h"
+#include "engine/pipeline/pipeline.h"
 #include "engine/cli/model_io.h"
 #include "engine/runtime/engine.h"
 #include "engine/store/model_store.h"
@@ -102,7 +103,8 @@ void RegisterRun(CLI::App& app) {
     if (!speculative && !args->spec_mode.empty()) {
       throw CliError(2, "--spec-mode needs --draft or --ngram");
     }
-    LoadedModel m = LoadModel(args->model, !args->quiet && !args->json);
+    LoadedModel m =
+        LoadModel(args->model, !args->quiet && !args->json && pipeline::LaunchRank() == 0);
     std::vector<int32_t> prompt;
     if (absl::Status s = m.tok->CheckEncodable(prompt_text); !s.ok()) {
       throw CliError(2, "the prompt: " + std::string(s.message()));
@@ -125,8 +127,10 @@ void RegisterRun(CLI::App& app) {
     runtime::EngineOptions eo = ToEngineOptions(args->engine);
     eo.max_running = 1;
     eo.max_spec_k = std::max(1, args->spec_k);
+    if (StartPipeline(args->engine, *m.model, **be, &eo)) return;  // this process was a stage
     auto engine = runtime::Engine::Create(*m.model, *m.tok, **be, eo);
     ThrowIfError(engine.status());
+    PrintStages(**engine);
 
     runtime::Request req;
     req.prompt = prompt;

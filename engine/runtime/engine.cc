@@ -128,6 +128,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const models::Model& mode
   ro.v_format = o.v_format;
   ro.block_size = o.block_size;
   ro.n_blocks = n_blocks;
+  ro.split = o.pp_split;
+  ro.link = o.pp_link;
+  ro.micro_batches = o.pp_micro_batches;
+  ro.timeout_ms = o.pp_timeout_ms;
   ASSIGN_OR_RETURN(e->runner_, models::Runner::Create(model, be, ro));
   e->pool_ = std::make_unique<models::KvPool>(n_blocks, o.block_size);
   const uint64_t salt = (static_cast<uint64_t>(o.k_format) << 8) | static_cast<uint64_t>(o.v_format);
@@ -475,6 +479,7 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
   }
   std::vector<float> logits;
   RETURN_IF_ERROR(runner_->Forward(entries, &logits));
+  if (options_.on_step_logits) options_.on_step_logits(logits);
   ++stats_.steps;
 
   const int64_t n_vocab = model_.config().n_vocab;

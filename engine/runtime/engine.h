@@ -48,6 +48,15 @@ struct EngineOptions {
   int64_t prefix_cache_bytes = 0;  // full blocks kept for reuse (LRU); 0 = no prefix cache
   int64_t max_sessions = 64;       // parked sessions (LRU); 0 = no sessions
   int max_spec_k = 16;             // the largest K a request may ask for (sizes the logits rows)
+  // Pipeline stages (docs/pipeline.md): the layer boundaries and the link to the other stages
+  // (empty / null: unsplit). This engine is stage 0; the runner carries each step down the chain.
+  std::vector<int64_t> pp_split;
+  models::StageLink* pp_link = nullptr;
+  int64_t pp_micro_batches = 2;
+  int64_t pp_timeout_ms = 120000;
+  // Called with every step's logits rows as the runner returned them (ci/pp-gate compares them
+  // bit for bit between split and unsplit runs).
+  std::function<void(std::span<const float>)> on_step_logits;
   absl::Status Validate() const;   // names the offending field
 };
 
@@ -125,6 +134,8 @@ class Engine {
   int64_t ctx() const { return options_.ctx; }
   const models::KvPool& pool() const { return *pool_; }
   const EngineStats& stats() const { return stats_; }
+  // One line per pipeline stage (host, backend, layers) when split; empty otherwise.
+  const std::vector<std::string>& stage_lines() const { return runner_->stage_lines(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // Drops every parked session and cached prefix (their blocks go back to the pool).
