@@ -35,8 +35,11 @@ std::optional<ApiError> GetInt(const json& body, const std::string& key, int64_t
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer()) return WrongType(key, "an integer", *it);
-  if (it->is_number_unsigned() ? it->get<uint64_t>() > static_cast<uint64_t>(hi)
-                               : (it->get<int64_t>() < lo || it->get<int64_t>() > hi)) {
+  const bool in_range = it->is_number_unsigned()
+                            ? it->get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                  (lo <= 0 || it->get<uint64_t>() >= static_cast<uint64_t>(lo))
+                            : it->get<int64_t>() >= lo && it->get<int64_t>() <= hi;
+  if (!in_range) {
     return BadField(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ",
                                       it->dump()));
   }

@@ -24,7 +24,9 @@ struct ApiError {
   std::string param;  // the offending field ("" = none): JSON null
   std::string code;   // "" = JSON null
   nlohmann::json ToJson() const;
-  std::string Body() const { return ToJson().dump(); }
+  std::string Body() const {
+    return ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
 };
 
 ApiError BadField(const std::string& param, const std::string& message,

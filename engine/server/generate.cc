@@ -305,7 +305,7 @@ void Server::Impl::HandleGenerate(Endpoint ep, const httplib::Request& req, http
               sink.done();
               return true;
             }
-            const bool has_news = !b.text.empty() || !b.tokens.empty();
+            const bool has_news = !b.text.empty() || (logprobs && !b.tokens.empty());
             if (has_news || b.done) {
               if (chat) {
                 c["delta"] = b.text.empty() ? json::object() : json{{"content", b.text}};
