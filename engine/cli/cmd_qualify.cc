@@ -96,13 +96,26 @@ std::string UtcNow() {
   return buf;
 }
 
-// The weight types of a file by bytes; the largest is the cell's quant label.
+// The weight types of a file by bytes. The cell's quant label is general.file_type's name
+// (llama.cpp's llama_ftype: "Q4_K_M" keeps some tensors in other types), else the type holding
+// the most bytes, said so.
 json WeightTypes(const gguf::File& f, std::string* label) {
   std::map<std::string, uint64_t> bytes;
   for (const gguf::TensorInfo& t : f.tensors()) bytes[quant::Traits(t.type).name] += t.n_bytes;
+  static const std::map<int64_t, const char*> kFileTypes = {
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},    {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {18, "Q6_K"},   {25, "IQ4_NL"}, {30, "IQ4_XS"}, {32, "BF16"},   {38, "MXFP4_MOE"}};
+  if (const gguf::Value* ft = f.Find("general.file_type"); ft != nullptr && ft->IsInteger()) {
+    const auto it = kFileTypes.find(ft->AsInt());
+    *label = it != kFileTypes.end() ? it->second
+                                    : absl::StrFormat("general.file_type %d", ft->AsInt());
+    return bytes;
+  }
   uint64_t best = 0;
   for (const auto& [name, b] : bytes) {
-    if (b > best) best = b, *label = name;
+    if (b > best) best = b, *label = name + " (most bytes; no general.file_type)";
   }
   return bytes;
 }
