@@ -110,5 +110,26 @@ TEST(CliRun, BadKvFormatNamesTheFlag) {
   EXPECT_NE(r.out.find("--kv-k"), std::string::npos) << r.out;
 }
 
+// Pipeline launches that do not match --pp-stages stop with a sentence (docs/pipeline.md):
+// nothing runs unsplit in their place.
+TEST(CliRun, PipelineLaunchThatDoesNotMatchIsRefused) {
+  const std::string run = " run " + SmolPath() + " --prompt x -n 2";
+  const std::string mpi = "mpirun --allow-run-as-root --oversubscribe -np ";
+  Ran r = RunLockstep(run.substr(1) + " --pp-stages 2");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--pp-stages 2 needs 2 processes; this one was not started by a launcher"),
+            std::string::npos) << r.out;
+  const std::string bin = std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep";
+  r = ::lockstep::testing::RunCommand(mpi + "3 " + bin + run + " --pp-stages 2");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("the launcher started 3"), std::string::npos) << r.out;
+  r = ::lockstep::testing::RunCommand(mpi + "2 " + bin + run);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--pp-stages is 1: pass --pp-stages 2"), std::string::npos) << r.out;
+  r = ::lockstep::testing::RunCommand(mpi + "2 " + bin + run + " --pp-stages 2 --pp-split 30");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--pp-split entry 1 '30'"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace lockstep
