@@ -1,5 +1,9 @@
 #include "engine/server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -99,6 +103,28 @@ Server::Server(std::vector<std::unique_ptr<ServedModel>> models, ServerOptions o
 
 Server::~Server() { Stop(); }
 
+namespace {
+
+// Debian's cpp-httplib 0.11 listens with a backlog of 5 (compiled into its library), so a
+// burst of new connections (32 clients at once) gets resets. Linux lets listen() be called
+// again on a listening socket to change its backlog: find ours by its port and raise it.
+void RaiseListenBacklog(int port) {
+  for (int fd = 3; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int p = -1;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
+
 bool Server::ListenAndReport(const std::string& host, int port) {
   httplib::Server& s = impl_->http;
   if (port == 0) {
@@ -107,6 +133,7 @@ bool Server::ListenAndReport(const std::string& host, int port) {
   } else if (!s.bind_to_port(host, port)) {
     return false;
   }
+  RaiseListenBacklog(port);
   std::fprintf(stderr, "lockstep serve: listening on http://%s:%d\n", host.c_str(), port);
   std::fflush(stderr);
   return s.listen_after_bind();
