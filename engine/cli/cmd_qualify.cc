@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string model, reference, draft, draft_untrimmed, backend = "cpu", out = "qualify", cell;
   std::string kv_k = "f32", kv_v = "f32", text = "golden/text/kjv-genesis-1-2.txt", work;
+  std::string from_record;
   bool ngram = false;
   int threads = 0;
   uint64_t seed = 1;
@@ -143,7 +144,35 @@ void Check(json& checks, const std::string& name, const absl::Status& s, const s
                     {"detail", s.ok() ? ok : std::string(s.message())}});
 }
 
+// --from-record: re-decide a record with this build's policy and re-render its report beside
+// it; nothing is measured. The record keeps its measurements, date and commit.
+void Redecide(const std::string& path) {
+  const json record = json::parse(ReadText(path, "--from-record"), nullptr, false);
+  if (record.is_discarded() || !record.is_object()) {
+    throw CliError(2, "--from-record: " + path + " is not a JSON object");
+  }
+  json r = record;
+  const qualify::Thresholds thresholds;
+  r["thresholds"] = qualify::Describe(thresholds);
+  const qualify::Verdict v = qualify::Decide(r, thresholds);
+  r["verdict"] = qualify::ToJson(v);
+  std::string base = path;
+  if (base.size() > 5 && base.substr(base.size() - 5) == ".json") base.resize(base.size() - 5);
+  WriteFile(path, r.dump(1) + "\n");
+  WriteFile(base + ".html", qualify::RenderHtml(r));
+  for (const auto& x : v.reasons) std::printf("reason: %s\n", x.c_str());
+  std::printf("%s: %s\n", v.qualified ? "QUALIFIED" : "NOT QUALIFIED",
+              r.value("cell", std::string("?")).c_str());
+  if (!v.qualified) throw CliError(1, "cell is NOT QUALIFIED: " + absl::StrJoin(v.reasons, "; "));
+}
+
 void RunQualify(const Args& a, const std::string& command) {
+  if (!a.from_record.empty()) {
+    if (!a.model.empty()) throw CliError(2, "--from-record re-decides a record; it takes no --model");
+    Redecide(a.from_record);
+    return;
+  }
+  if (a.model.empty()) throw CliError(2, "qualify needs --model (or --from-record RECORD.json)");
   if (a.ngram && !a.draft.empty()) throw CliError(2, "--draft and --ngram exclude each other");
   if (!a.draft_untrimmed.empty() && a.draft.empty()) {
     throw CliError(2, "--draft-untrimmed needs --draft (the trimmed draft)");
@@ -382,7 +411,10 @@ void RegisterQualify(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "qualify", "Run the whole gate for one (model, quant, drafter, KV, backend) cell; write "
                  "DIR/<cell>.json and .html; exit 1 when NOT QUALIFIED (docs/qualify.md)");
-  sub->add_option("--model", a->model, "Model under test: GGUF path or known name")->required();
+  sub->add_option("--model", a->model, "Model under test: GGUF path or known name");
+  sub->add_option("--from-record", a->from_record,
+                  "Re-decide RECORD.json with this build's policy and re-render its report "
+                  "(nothing is measured)");
   sub->add_option("--reference", a->reference,
                   "The same weights at higher precision (default: an F16 copy made here)");
   sub->add_option("--draft", a->draft, "Draft model GGUF (speculative cell)");

@@ -173,7 +173,12 @@ std::string RenderHtml(const json& r) {
     double ymax = 0;
     for (size_t i = 0; i < counts.size() && i < edges.size(); ++i) {
       const std::string lo = i == 0 ? "0" : absl::StrFormat("%.0e", edges[i]);
-      const std::string label = i == 0 ? "<1e-6" : absl::StrFormat("%.0e", edges[i]);
+      // Labels at whole decades only (half-decade bins would overlap).
+      const double decade = std::log10(std::max(edges[i], 1e-300));
+      const std::string label = i == 0 ? "0"
+                                : std::abs(decade - std::round(decade)) < 1e-9
+                                    ? absl::StrFormat("1e%d", static_cast<int>(std::round(decade)))
+                                    : "";
       const std::string hi = i + 1 < edges.size() ? absl::StrFormat("%.0e", edges[i + 1]) : "inf";
       bars.push_back({label, static_cast<double>(counts[i]),
                       absl::StrFormat("[%s, %s): %d positions", lo, hi, counts[i])});
@@ -185,7 +190,12 @@ std::string RenderHtml(const json& r) {
 
   h += "<h2>Invariance battery</h2><table>" + Row({"line", "result", "compared", "detail"}, true);
   for (const auto& l : r.value("invariance", json::array())) {
-    const std::string st = l.value("status", std::string());
+    std::string st = l.value("status", std::string());
+    if (l.value("kind", std::string()) == "law" && st == "measured") {
+      // The policy's reading (qualify_policy.cc): p >= the bound, with draft tokens verified.
+      const double bound = r.value("thresholds", json::object()).value("min_law_p_value", 1.0);
+      st = l.value("p_value", 0.0) >= bound && l.value("drafted", int64_t{0}) > 0 ? "passed" : "failed";
+    }
     const std::string cls = st == "passed" ? "pass" : st == "failed" ? "fail" : "na";
     const std::string compared = l.value("kind", std::string()) == "law"
                                      ? Get(l, "samples") + " samples"
