@@ -50,8 +50,8 @@ absl::StatusOr<int64_t> IntKey(const gguf::File& f, const std::string& key, int6
     return fallback;
   }
   if (!v->IsInteger() || v->type == gguf::ValueType::BOOL) {
-    return absl::InvalidArgumentError(absl::StrCat("naive forward: key ", key, " is ",
-                                                   gguf::ValueTypeName(v->type), ", not an integer"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "naive forward: key ", key, " is ", gguf::ValueTypeName(v->type), ", not an integer"));
   }
   if (v->AsInt() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("naive forward: key ", key, " is ", v->AsInt(),
@@ -135,8 +135,9 @@ void Q8_0(const uint8_t* b, double* y) {
 absl::Status NaiveDequantize(quant::Type type, const uint8_t* blocks, int64_t n, double* out) {
   const quant::TypeTraits tr = quant::Traits(type);
   if (tr.name == nullptr || tr.block_size == 0 || n <= 0 || n % tr.block_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("naive dequantize: ", n, " elements of type ",
-                                                   static_cast<uint32_t>(type), " do not fill blocks"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "naive dequantize: ", n, " elements of type ", static_cast<uint32_t>(type),
+        " do not fill blocks"));
   }
   using quant::Type;
   void (*block_fn)(const uint8_t*, double*) = nullptr;
@@ -190,7 +191,8 @@ absl::Status NaiveDequantize(quant::Type type, const uint8_t* blocks, int64_t n,
 absl::Status NaiveModel::ReadConfig(const gguf::File& f) {
   const gguf::Value* a = Key(f, "general.architecture");
   if (a == nullptr || a->type != gguf::ValueType::STRING) {
-    return absl::InvalidArgumentError("naive forward: general.architecture missing or not a string");
+    return absl::InvalidArgumentError(
+        "naive forward: general.architecture missing or not a string");
   }
   c_.arch = a->str;
   if (c_.arch != "llama" && c_.arch != "qwen3" && c_.arch != "gemma3") {
@@ -258,7 +260,9 @@ namespace {
 absl::Status LoadTensor(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
                         int threads, std::set<std::string>* used, std::vector<double>* out) {
   const gguf::TensorInfo* t = f.FindTensor(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("naive forward: missing tensor ", name));
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat("naive forward: missing tensor ", name));
+  }
   const std::vector<int64_t> want = rows == 1 ? std::vector<int64_t>{cols}
                                               : std::vector<int64_t>{cols, rows};
   if (t->shape != want) {
@@ -487,8 +491,8 @@ absl::StatusOr<std::vector<double>> NaiveModel::Logits(std::span<const int32_t> 
   }
   for (int64_t t = 0; t < T; ++t) {
     if (tokens[t] < 0 || tokens[t] >= c.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("naive forward: token ", tokens[t],
-                                                     " at position ", t, " outside the vocabulary"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "naive forward: token ", tokens[t], " at position ", t, " outside the vocabulary"));
     }
   }
   const bool gemma = c.arch == "gemma3";
