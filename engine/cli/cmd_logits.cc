@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/cli/commands.h"
 #include "engine/core/npy.h"
+#include "engine/pipeline/pipeline.h"
 #include "engine/models/model.h"
 #include "engine/store/model_store.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -35,6 +36,8 @@ void RegisterLogits(CLI::App& app) {
   struct Args {
     std::string model, prompt, tokens, out, backend = "cpu", dump_dir, kv_k = "f32", kv_v = "f32";
     int threads = 0;
+    int64_t pp_stages = 1;
+    std::string pp_split;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("logits", "Write the logits of every prompt position to .npy");
@@ -50,6 +53,11 @@ void RegisterLogits(CLI::App& app) {
       ->capture_default_str()->envname("LOCKSTEP_KV_V");
   sub->add_option("--threads", args->threads, "cpu backend threads (0 = all cores)")
       ->envname("LOCKSTEP_THREADS");
+  sub->add_option("--pp-stages", args->pp_stages,
+                  "Pipeline stages, one process each: mpirun -np N lockstep logits ... --pp-stages N")
+      ->capture_default_str()->envname("LOCKSTEP_PP_STAGES");
+  sub->add_option("--pp-split", args->pp_split, "Layer boundaries of the stages, e.g. 10,20")
+      ->envname("LOCKSTEP_PP_SPLIT");
   sub->add_option("--dump-layers", args->dump_dir,
                   "Directory to write every named intermediate as <name>.npy");
   sub->callback([args, prompt, tokens] {
@@ -89,8 +97,15 @@ void RegisterLogits(CLI::App& app) {
     if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
     auto vf = quant::ParseKvFormat(args->kv_v);
     if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
+    auto pp = pipeline::Start(**model, **be, args->pp_stages, args->pp_split);
+    ThrowIfError(pp.status());
+    if (pp->served) return;  // this process was a stage (docs/pipeline.md)
+    if (pp->link != nullptr && !args->dump_dir.empty()) {
+      throw CliError(2, "--dump-layers needs an unsplit model (drop --pp-stages)");
+    }
     auto result = models::PromptLogits(**model, **be, ids, /*all=*/true,
-                                       args->dump_dir.empty() ? nullptr : &dump, *kf, *vf);
+                                       args->dump_dir.empty() ? nullptr : &dump, *kf, *vf,
+                                       pp->split, pp->link.get());
     ThrowIfError(result.status());
     const std::vector<float>& logits = *result;
     const int64_t n_vocab = (*model)->config().n_vocab;

@@ -380,7 +380,9 @@ void Runner::PlaceLogits(const std::vector<float>& raw, int64_t R,
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Backend& be,
                                                 std::span<const int32_t> tokens, bool all,
                                                 const DumpFn* dump, quant::KvFormat k,
-                                                quant::KvFormat v) {
+                                                quant::KvFormat v,
+                                                const std::vector<int64_t>& split,
+                                                StageLink* link) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   if (T == 0) return absl::InvalidArgumentError("the prompt has no tokens");
   RunnerOptions o;
@@ -390,6 +392,9 @@ absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Bac
   o.n_blocks = (T + o.block_size - 1) / o.block_size;
   o.k_format = k;
   o.v_format = v;
+  o.split = split;
+  o.link = link;
+  o.micro_batches = 1;  // one sequence
   ASSIGN_OR_RETURN(std::unique_ptr<Runner> r, Runner::Create(model, be, o));
   std::vector<int32_t> blocks(o.n_blocks);
   for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(b);

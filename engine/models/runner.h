@@ -139,10 +139,13 @@ absl::Status RunStage(const Model& model, backend::Backend& be, StageLink& link)
 
 // The logits of one sequence run alone from position 0 in one step (the golden and logits
 // paths): [T, n_vocab] when `all`, else [1, n_vocab]. A scratch pool just large enough.
+// With `link`, the runner is stage 0 of the pipeline split at `split` (docs/pipeline.md).
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Backend& be,
                                                 std::span<const int32_t> tokens, bool all,
                                                 const DumpFn* dump = nullptr,
                                                 quant::KvFormat k = quant::KvFormat::kF32,
-                                                quant::KvFormat v = quant::KvFormat::kF32);
+                                                quant::KvFormat v = quant::KvFormat::kF32,
+                                                const std::vector<int64_t>& split = {},
+                                                StageLink* link = nullptr);
 
 }  // namespace lockstep::models
