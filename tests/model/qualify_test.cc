@@ -60,33 +60,20 @@ TEST(Qualify, GoldenTextManifest) {
   EXPECT_TRUE(fail.empty()) << fail.front();
 }
 
-// One n-gram cell with q8_0/q5_1 KV; every check below reads the same run.
-class QualifyCell : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    out_ = kArtifacts / "qualify-test";
-    fs::remove_all(out_);
-    fs::create_directories(out_ / "work");
-    ran_ = new Ran(RunCommand("cd " + std::string(LOCKSTEP_SOURCE_DIR) + " && " +
-                              std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep qualify --model " +
-                              Cached("smollm2-135m") + " --ngram --kv-k q8_0 --kv-v q5_1 --cell smol-test" +
-                              " --out " + out_.string() + " --work " + (out_ / "work").string() +
-                              kSmall));
-    record_ = new json(json::parse(ReadAll(out_ / "smol-test.json"), nullptr, false));
-  }
-  static void TearDownTestSuite() {
-    delete ran_;
-    delete record_;
-  }
-  static fs::path out_;
-  static Ran* ran_;
-  static json* record_;
+// One n-gram cell with q8_0/q5_1 KV; every check below reads the same run (one TEST: CTest runs
+// each TEST in a process of its own, so a fixture would repeat the run for each).
+struct CellRun {
+  fs::path out_;
+  Ran* ran_ = nullptr;
+  json* record_ = nullptr;
 };
-fs::path QualifyCell::out_;
-Ran* QualifyCell::ran_ = nullptr;
-json* QualifyCell::record_ = nullptr;
 
-TEST_F(QualifyCell, ExitCodeAndVerdictLineMatchTheRecord) {
+void ExitCodeAndVerdictLineMatchTheRecord(const CellRun& c) {
+  const fs::path& out_ = c.out_;
+  const Ran* ran_ = c.ran_;
+  const json* record_ = c.record_;
+  (void)out_;
+  (void)ran_;
   ASSERT_FALSE(record_->is_discarded()) << ran_->out;
   const bool q = (*record_)["verdict"]["qualified"].get<bool>();
   EXPECT_EQ(ran_->exit_code, q ? 0 : 1) << ran_->out;
@@ -114,7 +101,12 @@ TEST_F(QualifyCell, ExitCodeAndVerdictLineMatchTheRecord) {
 
 // KL, top-1 and perplexity recomputed in double from `lockstep logits` dumps of the same tokens:
 // the model with the cell's KV formats, the kept F16 reference with f32 KV.
-TEST_F(QualifyCell, QualityMatchesLogitsDumpedByLockstepLogits) {
+void QualityMatchesLogitsDumpedByLockstepLogits(const CellRun& c) {
+  const fs::path& out_ = c.out_;
+  const Ran* ran_ = c.ran_;
+  const json* record_ = c.record_;
+  (void)out_;
+  (void)ran_;
   ASSERT_FALSE(record_->is_discarded()) << ran_->out;
   const json& q = (*record_)["quality"];
   const auto ids = q["text"]["token_ids"].get<std::vector<int32_t>>();
@@ -171,7 +163,12 @@ TEST_F(QualifyCell, QualityMatchesLogitsDumpedByLockstepLogits) {
   EXPECT_NE(q["reference"]["how"].get<std::string>().find("F16 copy"), std::string::npos);
 }
 
-TEST_F(QualifyCell, InvarianceLinesRanAndPipelineIsNotAvailable) {
+void InvarianceLinesRanAndPipelineIsNotAvailable(const CellRun& c) {
+  const fs::path& out_ = c.out_;
+  const Ran* ran_ = c.ran_;
+  const json* record_ = c.record_;
+  (void)out_;
+  (void)ran_;
   ASSERT_FALSE(record_->is_discarded()) << ran_->out;
   std::vector<std::string> names;
   for (const auto& l : (*record_)["invariance"]) {
@@ -202,7 +199,12 @@ TEST_F(QualifyCell, InvarianceLinesRanAndPipelineIsNotAvailable) {
   EXPECT_TRUE(listed);
 }
 
-TEST_F(QualifyCell, SpecAndThroughputAgreeWithTheirRawNumbers) {
+void SpecAndThroughputAgreeWithTheirRawNumbers(const CellRun& c) {
+  const fs::path& out_ = c.out_;
+  const Ran* ran_ = c.ran_;
+  const json* record_ = c.record_;
+  (void)out_;
+  (void)ran_;
   ASSERT_FALSE(record_->is_discarded()) << ran_->out;
   const json& s = (*record_)["spec"];
   int64_t proposed = 0, accepted = 0;
@@ -241,7 +243,12 @@ TEST_F(QualifyCell, SpecAndThroughputAgreeWithTheirRawNumbers) {
 // The report: self-contained (no script, no fetched resource), loads in headless Chromium without
 // a console message, and its verdict element says what the record says. Screenshot kept under
 // build/artifacts/.
-TEST_F(QualifyCell, HtmlReportLoadsInChromiumWithTheVerdict) {
+void HtmlReportLoadsInChromiumWithTheVerdict(const CellRun& c) {
+  const fs::path& out_ = c.out_;
+  const Ran* ran_ = c.ran_;
+  const json* record_ = c.record_;
+  (void)out_;
+  (void)ran_;
   ASSERT_FALSE(record_->is_discarded()) << ran_->out;
   const fs::path html = out_ / "smol-test.html";
   const std::string page = ReadAll(html);
@@ -267,6 +274,40 @@ TEST_F(QualifyCell, HtmlReportLoadsInChromiumWithTheVerdict) {
                               html.string());
   ASSERT_EQ(shot.exit_code, 0) << shot.out;
   EXPECT_GT(fs::exists(png) ? fs::file_size(png) : 0, 10000u) << shot.out;
+}
+
+TEST(Qualify, SmallNgramCellWithQuantizedKv) {
+  CellRun c;
+  c.out_ = kArtifacts / "qualify-test";
+  fs::remove_all(c.out_);
+  fs::create_directories(c.out_ / "work");
+  Ran ran = RunCommand("cd " + std::string(LOCKSTEP_SOURCE_DIR) + " && " +
+                       std::string(LOCKSTEP_BINARY_DIR) + "/bin/lockstep qualify --model " +
+                       Cached("smollm2-135m") + " --ngram --kv-k q8_0 --kv-v q5_1 --cell smol-test" +
+                       " --out " + c.out_.string() + " --work " + (c.out_ / "work").string() + kSmall);
+  json record = json::parse(ReadAll(c.out_ / "smol-test.json"), nullptr, false);
+  c.ran_ = &ran;
+  c.record_ = &record;
+  {
+    SCOPED_TRACE("ExitCodeAndVerdictLineMatchTheRecord");
+    ExitCodeAndVerdictLineMatchTheRecord(c);
+  }
+  {
+    SCOPED_TRACE("QualityMatchesLogitsDumpedByLockstepLogits");
+    QualityMatchesLogitsDumpedByLockstepLogits(c);
+  }
+  {
+    SCOPED_TRACE("InvarianceLinesRanAndPipelineIsNotAvailable");
+    InvarianceLinesRanAndPipelineIsNotAvailable(c);
+  }
+  {
+    SCOPED_TRACE("SpecAndThroughputAgreeWithTheirRawNumbers");
+    SpecAndThroughputAgreeWithTheirRawNumbers(c);
+  }
+  {
+    SCOPED_TRACE("HtmlReportLoadsInChromiumWithTheVerdict");
+    HtmlReportLoadsInChromiumWithTheVerdict(c);
+  }
 }
 
 // A reference that is another model is refused at the load stage: NOT QUALIFIED, exit 1, the
