@@ -437,8 +437,9 @@ void RegisterQualify(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{512}))->capture_default_str();
   sub->add_option("--batches", a->batches, "Decode batch sizes of the forward lines")
       ->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{256}))->capture_default_str();
+  // At least 3 KV blocks, so that the prefix line's prompts hold full blocks to reuse.
   sub->add_option("--max-prompt", a->max_prompt, "Longest random prompt of the forward lines")
-      ->check(CLI::Range(int64_t{8}, int64_t{480}))->capture_default_str();
+      ->check(CLI::Range(int64_t{48}, int64_t{480}))->capture_default_str();
   sub->add_option("--gen-tokens", a->gen_tokens, "Tokens per request of the engine lines")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))->capture_default_str();
   sub->add_option("--spec-tokens", a->spec_tokens, "Tokens per prompt of the speculative stage")
@@ -446,7 +447,7 @@ void RegisterQualify(CLI::App& app) {
   sub->add_option("--spec-k", a->spec_k, "Draft tokens per round")->check(CLI::Range(1, 16))->capture_default_str();
   sub->add_option("--reps", a->reps, "Interleaved reps (medians)")->check(CLI::Range(1, 100))->capture_default_str();
   sub->add_option("--law-samples", a->law_samples, "Reject-mode runs of the law check")
-      ->check(CLI::Range(int64_t{20}, int64_t{1000000}))->capture_default_str();
+      ->check(CLI::Range(int64_t{50}, int64_t{1000000}))->capture_default_str();
   sub->add_option("--concurrency", a->concurrency, "Concurrent sequences of the throughput stage")
       ->delimiter(',')->check(CLI::Range(1, 256))->capture_default_str();
   sub->add_option("--bench-prompt", a->bench_prompt, "Prompt tokens of the throughput stage")

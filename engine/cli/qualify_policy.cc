@@ -108,6 +108,10 @@ Verdict Decide(const nlohmann::json& r, const Thresholds& t) {
         if (!Number(line, "drafted", &drafted, &why) || drafted <= 0) {
           // Without a single draft token no verify round ran: the law of plain sampling only.
           v.reasons.push_back("invariance: " + name + ": no draft token was verified");
+        } else if (double df = 0; !Number(line, "df", &df, &why) || df < 1) {
+          // Every path's expected count fell below 5 and was pooled into one category.
+          v.reasons.push_back("invariance: " + name + ": too few samples for a G-test (no degree "
+                              "of freedom; raise --law-samples)");
         } else if (!Number(line, "p_value", &p, &why)) {
           v.reasons.push_back("invariance: " + name + ": " + why);
         } else if (!(p >= t.min_law_p_value)) {

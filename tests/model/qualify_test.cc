@@ -47,7 +47,7 @@ const fs::path kArtifacts = fs::path(LOCKSTEP_BINARY_DIR) / "artifacts";
 
 // Small settings: the whole run is well under a minute on 2 cores.
 const char kSmall[] =
-    " --text-tokens 96 --batches 1,3 --max-prompt 24 --gen-tokens 4 --spec-tokens 8 --reps 3"
+    " --text-tokens 96 --batches 1,3 --max-prompt 48 --gen-tokens 4 --spec-tokens 8 --reps 3"
     " --law-samples 60 --concurrency 1,2 --bench-prompt 8 --bench-gen 4 --threads 2";
 
 double Median(std::vector<double> v) {
