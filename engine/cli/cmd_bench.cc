@@ -182,6 +182,14 @@ void RegisterBench(CLI::App& app) {
     auto engine = runtime::Engine::Create(*m.model, *m.tok, **be, eo);
     ThrowIfError(engine.status());
     PrintStages(**engine);
+    if (!(*engine)->stage_lines().empty()) {
+      // What the transport adds to a decode step: one row's residual down the chain and back.
+      auto rt = (*engine)->ChainRoundTrip(c.n_embd, 50);
+      ThrowIfError(rt.status());
+      std::printf("pipeline   %zu stages: a decode row's residual (%lld floats) down every stage and "
+                  "back: %.1f us (median of 50)\n", (*engine)->stage_lines().size(),
+                  static_cast<long long>(c.n_embd), *rt * 1e6);
+    }
     std::mt19937 rng(42);
     std::vector<int32_t> prompt(args->prompt_tokens);
     for (auto& id : prompt) id = static_cast<int32_t>(rng() % c.n_vocab);

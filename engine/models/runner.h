@@ -89,6 +89,9 @@ class Runner {
   int64_t first_layer() const { return first_; }
   int64_t last_layer() const { return last_; }
   const std::vector<std::string>& stage_lines() const { return stage_lines_; }
+  // Stage 0 of a split: the median time for `floats` f32 values to go down every stage and back
+  // to stage 0 with no compute (the transport's share of a step), over `reps` trips.
+  absl::StatusOr<double> ChainRoundTrip(int64_t floats, int reps);
   // The stored K (or V) rows of positions [0, n_tokens) of a sequence's blocks in `layer`, in
   // the pool's format: [n_tokens, RowBytes] bytes (for tests and dumps).
   absl::StatusOr<std::vector<uint8_t>> DownloadKv(int64_t layer, std::span<const int32_t> blocks,

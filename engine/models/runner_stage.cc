@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/numbers.h"
@@ -180,6 +181,9 @@ absl::Status Runner::ServeStage() {
       case wire::Kind::kError:
         RETURN_IF_ERROR(pass_on(*m));
         continue;
+      case wire::Kind::kPing:
+        RETURN_IF_ERROR(link.Send(last ? 0 : next, std::move(bytes)));
+        continue;
       case wire::Kind::kForward:
         break;
       default: {
@@ -230,6 +234,29 @@ absl::Status Runner::ServeStage() {
     }
     RETURN_IF_ERROR(pass_on(*out));
   }
+}
+
+absl::StatusOr<double> Runner::ChainRoundTrip(int64_t floats, int reps) {
+  if (!pipelined() || options_.link->rank() != 0) {
+    return absl::FailedPreconditionError("the chain round trip is measured on stage 0 of a split");
+  }
+  StageLink& link = *options_.link;
+  wire::Message m;
+  m.kind = wire::Kind::kPing;
+  m.rows = 1;
+  m.cols = floats;
+  m.floats.assign(floats, 1.0f);
+  const std::vector<uint8_t> bytes = wire::Encode(m);
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(link.Send(1, bytes));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> back, link.Recv(link.size() - 1, options_.timeout_ms));
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (back != bytes) return absl::DataLossError("the ping came back changed");
+  }
+  std::sort(t.begin(), t.end());
+  return t.empty() ? 0.0 : t[t.size() / 2];
 }
 
 absl::Status Runner::Handshake() {

@@ -104,6 +104,7 @@ std::vector<uint8_t> Encode(const Message& m) {
       }
       [[fallthrough]];
     case Kind::kLogits:
+    case Kind::kPing:
       w.Put<int64_t>(m.rows);
       w.Put<int64_t>(m.cols);
       w.PutVec(m.floats);
@@ -123,7 +124,7 @@ absl::StatusOr<Message> Decode(std::span<const uint8_t> bytes) {
   Message m;
   uint32_t kind = 0;
   RETURN_IF_ERROR(r.Get(&kind, "kind"));
-  if (kind < 1 || kind > 7) {
+  if (kind < 1 || kind > 8) {
     return absl::InvalidArgumentError(absl::StrCat("stage message: unknown kind ", kind,
                                                    " at byte 0"));
   }
@@ -165,7 +166,8 @@ absl::StatusOr<Message> Decode(std::span<const uint8_t> bytes) {
       }
       [[fallthrough]];
     }
-    case Kind::kLogits: {
+    case Kind::kLogits:
+    case Kind::kPing: {
       const size_t at = r.at();
       RETURN_IF_ERROR(r.Get(&m.rows, "rows"));
       RETURN_IF_ERROR(r.Get(&m.cols, "cols"));

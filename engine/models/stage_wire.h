@@ -20,6 +20,7 @@ enum class Kind : uint32_t {
   kCopy = 5,     // down the chain: copy KV block src to dst in every layer
   kStop = 6,     // down the chain: shut down
   kError = 7,    // a stage failed: its sentence, passed down and then to rank 0
+  kPing = 8,     // down the chain and back to rank 0 untouched (the transport's latency)
 };
 
 struct Config {
@@ -39,7 +40,7 @@ struct Message {
   Config config;                // kConfig
   std::string text;             // kHello, kError
   std::vector<Entry> entries;   // kForward
-  std::vector<float> floats;    // kForward: the residual; kLogits: the rows
+  std::vector<float> floats;    // kForward: the residual; kLogits: the rows; kPing: payload
   int64_t rows = 0, cols = 0;   // shape of `floats`
   int32_t src = 0, dst = 0;     // kCopy
 };

@@ -90,7 +90,7 @@ class MpiLink : public models::StageLink {
             " ms (LOCKSTEP_PP_TIMEOUT_MS)"));
       }
       std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      pause = std::min(pause * 2, std::chrono::microseconds(200));
     }
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);

@@ -136,6 +136,10 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
   // One line per pipeline stage (host, backend, layers) when split; empty otherwise.
   const std::vector<std::string>& stage_lines() const { return runner_->stage_lines(); }
+  // A split engine: the transport's round trip through every stage for `floats` values.
+  absl::StatusOr<double> ChainRoundTrip(int64_t floats, int reps) {
+    return runner_->ChainRoundTrip(floats, reps);
+  }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // Drops every parked session and cached prefix (their blocks go back to the pool).

@@ -238,7 +238,11 @@ TEST(PipelineSplit, AGarbledMessageComesBackAsAnErrorNamingTheStage) {
 }
 
 TEST(StageWire, EveryKindRoundTripsAndEveryTruncationIsAnError) {
-  std::vector<wire::Message> ms(5);
+  std::vector<wire::Message> ms(6);
+  ms[5].kind = wire::Kind::kPing;
+  ms[5].rows = 1;
+  ms[5].cols = 2;
+  ms[5].floats = {1, 1};
   ms[0].kind = wire::Kind::kConfig;
   ms[0].config = {256, 64, 16, 100, 1, 2, 3, 5000, {0, 4, 9, 30}};
   ms[1].kind = wire::Kind::kHello;
