@@ -264,9 +264,11 @@ struct Plan {
 
 // The category of each leaf: its own, or the pooled one when n * prob < 5 (the chi-square
 // approximation needs E >= ~5). Pooling can hide at most the pooled mass of a deviation.
-Plan PlanFor(const std::vector<Leaf>& leaves, int64_t n_guess, std::vector<int>* category) {
+// n follows from the power target (iterating from n_guess), or is `fixed_n` when that is > 0.
+Plan PlanFor(const std::vector<Leaf>& leaves, int64_t n_guess, int64_t fixed_n,
+             std::vector<int>* category) {
   Plan plan;
-  int64_t n = n_guess;
+  int64_t n = fixed_n > 0 ? fixed_n : n_guess;
   for (int iter = 0; iter < 8; ++iter) {
     category->assign(leaves.size(), -1);
     int next = 0;
@@ -290,7 +292,7 @@ Plan PlanFor(const std::vector<Leaf>& leaves, int64_t n_guess, std::vector<int>*
         [&](double l) { return NoncentralChiSquareSurvival(plan.critical, plan.df, l); }, kPower,
         0, 5000, true);
     const int64_t need = static_cast<int64_t>(std::ceil(plan.lambda / (4 * plan.tv * plan.tv)));
-    if (need == n) break;
+    if (fixed_n > 0 || need == n) break;
     n = need;
   }
   plan.n = n;
@@ -389,6 +391,16 @@ struct Tally {
   std::string failure;  // the first non-law failure (engine error, text or finish mismatch)
 };
 
+const char* FinishName(sampling::FinishReason f) {
+  switch (f) {
+    case sampling::FinishReason::kNone: return "none";
+    case sampling::FinishReason::kStopToken: return "stop-token";
+    case sampling::FinishReason::kStopString: return "stop-string";
+    case sampling::FinishReason::kMaxTokens: return "length";
+  }
+  return "?";
+}
+
 constexpr int kMaxRunning = 64;
 
 // Runs requests [first, n) step `stride` on one engine with its own backend and drafter.
@@ -458,9 +470,9 @@ void Worker(const LawConfig& c, const std::map<std::vector<int32_t>, const Leaf*
       }
       if (res.gen.text != leaf->second->text || res.gen.finish != leaf->second->finish) {
         return fail(absl::StrCat("request ", i, " emitted [", absl::StrJoin(toks, " "), "] with text \"",
-                                 res.gen.text, "\" finish ", static_cast<int>(res.gen.finish),
+                                 res.gen.text, "\" finish ", FinishName(res.gen.finish),
                                  "; the stop rules give \"", leaf->second->text, "\" finish ",
-                                 static_cast<int>(leaf->second->finish)));
+                                 FinishName(leaf->second->finish)));
       }
     }
   }
@@ -502,7 +514,7 @@ TEST(RejectLaw, EngineEmitsTargetSequenceLaw) {
   }
   ASSERT_NEAR(total, 1.0, 1e-12) << "the enumerated leaves do not carry the whole law";
   std::vector<int> category;
-  const Plan plan = PlanFor(leaves, 1000000, &category);
+  Plan plan = PlanFor(leaves, 1000000, 0, &category);
   std::printf("[ law ] %zu sequences (eos %.3f, stop string %.3f, max_tokens %.3f); G-test df %lld, "
               "alpha %g: critical G %.2f; power %.2f at TV %.4f (%.4f minus pooled mass %.2g) needs "
               "noncentrality %.2f -> %lld requests\n",
@@ -515,6 +527,7 @@ TEST(RejectLaw, EngineEmitsTargetSequenceLaw) {
   if (const int64_t env = EnvDraws(); env != 0) {
     if (env < 0) return;
     n = env;
+    plan = PlanFor(leaves, 0, n, &category);
     std::printf("[ law ] LOCKSTEP_REJECT_LAW_DRAWS=%lld: the power statement above does not apply\n",
                 static_cast<long long>(n));
   }
