@@ -232,7 +232,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     // Say where: nlohmann's own message carries the byte offset.
     try {
       (void)json::parse(body_text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range (a number like 1e999)
       return BadField("", absl::StrCat("the body is not valid JSON: ", e.what()), "invalid_json");
     }
     return BadField("", "the body is not valid JSON", "invalid_json");

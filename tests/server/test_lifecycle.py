@@ -40,13 +40,15 @@ class Lifecycle(unittest.TestCase):
         with serve("--model", f"smol={MODEL}", "--ctx", "1024", "--prefix-cache-mb", "0",
                    "--max-sessions", "0") as srv:
             total = metric(srv, 'lockstep_kv_blocks_free{model="smol"}')
-            conn, resp = open_stream(srv, dict(BODY, max_tokens=900))
+            # End-of-turn ids banned: only the disconnect can end it before 900 tokens (~20 s).
+            conn, resp = open_stream(srv, dict(BODY, max_tokens=900,
+                                               logit_bias={"0": -100, "1": -100, "2": -100}))
             for _ in range(12):  # six chunks: the sequence is running
                 resp.readline()
             self.assertGreater(metric(srv, 'lockstep_kv_blocks_used{model="smol"}'), 0)
             conn.sock.shutdown(2)
             conn.close()
-            deadline = time.time() + 30
+            deadline = time.time() + 5
             while time.time() < deadline:
                 if metric(srv, 'lockstep_admitted_sequences{model="smol"}') == 0:
                     break
