@@ -13,6 +13,8 @@
 
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+
 #include "engine/quant/types.h"
 #include "kernels/matmul_weights.cuh"
 
@@ -232,13 +234,25 @@ template <uint32_t kType, int kTT, int kR>
 __global__ void __launch_bounds__(128)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                        const float* __restrict__ x, int64_t T, float* __restrict__ y,
-                       float w_scale, int unit) {
+                       float w_scale, int unit, int x_smem_bytes) {
   using G = DecGeom<kType, kR>;
   extern __shared__ __align__(16) uint8_t dyn_smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int cls = lane % kClasses, sl = lane / kClasses;
   const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + warp) * G::kRows;
+  // T = 1 with x_smem_bytes > 0: the activation row is copied once per CTA into shared memory,
+  // chunk c at floats [36 c, 36 c + 32) (the pad puts the 8 classes' chunks on different banks),
+  // and read from there instead of through L1; the values and the arithmetic are the same.
+  const bool xs_on = kTT == 1 && x_smem_bytes > 0;
+  float* xs = reinterpret_cast<float*>(dyn_smem);
+  if (xs_on) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+      *reinterpret_cast<float4*>(xs + (i / 8) * 36 + (i % 8) * 4) = __ldg(x4 + i);
+    }
+    __syncthreads();
+  }
   if (row0 >= rows) return;  // whole warp
   const int rows_here = (int)Min64(G::kRows, rows - row0);
   const int64_t t0 = (int64_t)blockIdx.y * kTT;
@@ -247,7 +261,7 @@ __global__ void __launch_bounds__(128)
   const int64_t n_groups = (n_chunks + kClasses - 1) / kClasses;
   const int64_t n_steps = (n_groups + G::kS - 1) / G::kS;
   const int64_t full_steps = cols / ((int64_t)G::kS * kGroup);
-  uint8_t* ring = dyn_smem + (size_t)warp * G::kWarpSmem;
+  uint8_t* ring = dyn_smem + (xs_on ? x_smem_bytes : 0) + (size_t)warp * G::kWarpSmem;
   const uint8_t* wrow = w + row0 * row_bytes;
 
   // Fast path: this lane's 16-byte copies of a full step, as offsets from the step's start.
@@ -337,8 +351,14 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
           for (int t = 0; t < kTT; ++t) {
             if (kTT == 1 || t < n_tok) {
-              const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
-              const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+              float4 x0, x1;
+              if (xs_on) {
+                const float4* xp = reinterpret_cast<const float4*>(xs + c * 36 + 8 * qd);
+                x0 = xp[0], x1 = xp[1];
+              } else {
+                const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
+                x0 = __ldg(xp), x1 = __ldg(xp + 1);
+              }
               const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
               for (int r = 0; r < kR; ++r) {
@@ -505,6 +525,16 @@ int PickUnit(const void* w, int64_t row_bytes, int64_t tail_bytes, int group_byt
   return 2;
 }
 
+// The T = 1 activation row in shared memory: on unless LOCKSTEP_DECODE_X_SMEM=0 (read once; the
+// two settings give the same bits, kernel_check runs both).
+bool DecodeXSmem() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOCKSTEP_DECODE_X_SMEM");
+    return !(e != nullptr && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
 int SmCount() {
   static int n = [] {
     int dev = 0, v = 0;
@@ -524,8 +554,17 @@ cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t 
   // Warps per CTA: small CTAs spread a small launch over all SMs; shared memory per warp is
   // G::kWarpSmem (the CTA has no barrier, so the CTA size changes nothing but placement).
   int nw = warps >= 16LL * SmCount() ? 4 : (warps >= 8LL * SmCount() ? 2 : 1);
-  while (nw > 1 && (size_t)nw * G::kWarpSmem > 200 * 1024) nw /= 2;
-  const size_t smem = (size_t)nw * G::kWarpSmem;
+  // T = 1: the activation row in shared memory (36 floats per 32-element chunk) when it takes at
+  // most 72 KB (cols <= 16384) and DecodeXSmem() is on. Each CTA copies the row, so CTAs then
+  // hold up to 4 warps (while that still leaves a CTA per SM), which also keeps a large row from
+  // capping the warps per SM.
+  int x_smem = 0;
+  if (T == 1 && DecodeXSmem() && cols / kChunk * 144 <= 72 * 1024) {
+    x_smem = (int)(cols / kChunk * 144);
+    nw = warps >= 4LL * SmCount() ? 4 : (warps >= 2LL * SmCount() ? 2 : 1);
+  }
+  while (nw > 1 && x_smem + (size_t)nw * G::kWarpSmem > 200 * 1024) nw /= 2;
+  const size_t smem = x_smem + (size_t)nw * G::kWarpSmem;
   if (smem > 48 * 1024) {
     static int attr_bytes = 0;
     if ((int)smem > attr_bytes) {
@@ -537,7 +576,7 @@ cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t 
   }
   const dim3 grid((unsigned)((warps + nw - 1) / nw), (unsigned)((T + kTT - 1) / kTT));
   MatmulDecodeKernel<kType, kTT, kR><<<grid, nw * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y,
-                                                                       w_scale, unit);
+                                                                       w_scale, unit, x_smem);
   return cudaGetLastError();
 }
 
