@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <numbers>
 #include <set>
 #include <thread>
 
@@ -507,6 +508,7 @@ absl::StatusOr<std::vector<double>> NaiveModel::Logits(std::span<const int32_t> 
   std::vector<int64_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = t;
   std::vector<double> xn, q, k, v, att, o, g, u;
+  const double kGeluC = std::sqrt(2.0 / std::numbers::pi);  // gelu_pytorch_tanh
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const Layer& l = layers_[il];
     // Rows [q0, T) need queries and outputs: all of them except in the last layer, whose
@@ -572,9 +574,8 @@ absl::StatusOr<std::vector<double>> NaiveModel::Logits(std::span<const int32_t> 
     for (int64_t i = 0; i < Tq * c.n_ff; ++i) {
       const double a = g[i];
       // llama/qwen3: SiLU; gemma3: gelu_pytorch_tanh.
-      const double act =
-          gemma ? 0.5 * a * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)))
-                : a / (1.0 + std::exp(-a));
+      const double act = gemma ? 0.5 * a * (1.0 + std::tanh(kGeluC * (a + 0.044715 * a * a * a)))
+                               : a / (1.0 + std::exp(-a));
       g[i] = act * u[i];
     }
     o.assign(Tq * d, 0);
