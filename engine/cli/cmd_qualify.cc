@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "engine/cli/qualify_policy.h"
 #include "engine/cli/qualify_report.h"
 #include "engine/cli/qualify_stages.h"
+#include "engine/core/npy.h"
 #include "engine/models/requantize.h"
 #include "engine/quant/quant.h"
 #include "engine/store/model_store.h"
@@ -137,6 +139,72 @@ std::string ReadText(const std::string& path, const std::string& what) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Pipeline split == unsplit (docs/pipeline.md): `lockstep logits` over `ids` unsplit, then as
+// MPI ranks split into 2 stages (balanced) and 3 stages (at n_layer/3, 2n_layer/3); every logits
+// row must have the same bytes. Without mpirun the line is "not available", never passed.
+json PipelineSplitLine(const std::string& model, const std::vector<int32_t>& ids, const Args& a,
+                       int64_t n_layer, const std::filesystem::path& dir) {
+  json line = {{"name", "pipeline split == unsplit"}, {"kind", "bitwise"}};
+  if (Shell("command -v mpirun").empty()) {
+    line["status"] = "not available";
+    line["detail"] = "mpirun not found (stages are MPI ranks: docs/pipeline.md)";
+    return line;
+  }
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string list;
+  for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  const std::string common = " logits '" + model + "' --tokens " + list + " --kv-k " + a.kv_k +
+                             " --kv-v " + a.kv_v + " --backend " + a.backend + " --threads 1";
+  const std::string mpi = "mpirun --allow-run-as-root --oversubscribe -np ";
+  struct Run {
+    std::string label, cmd, out;
+  };
+  const int64_t third = std::max<int64_t>(1, n_layer / 3);
+  const std::vector<Run> runs = {
+      {"unsplit", "'" + self + "'" + common, (dir / "unsplit.npy").string()},
+      {"2 stages (balanced)", mpi + "2 '" + self + "'" + common + " --pp-stages 2",
+       (dir / "split2.npy").string()},
+      {absl::StrFormat("3 stages at %d,%d", third, 2 * third),
+       mpi + "3 '" + self + "'" + common +
+           absl::StrFormat(" --pp-stages 3 --pp-split %d,%d", third, 2 * third),
+       (dir / "split3.npy").string()}};
+  std::vector<npy::Array> got;
+  for (const Run& r : runs) {
+    Progress("invariance: pipeline " + r.label, static_cast<int64_t>(got.size()), 3);
+    if (std::system((r.cmd + " --out '" + r.out + "' >/dev/null 2>&1").c_str()) != 0) {
+      line["status"] = "failed";
+      line["rows"] = 0;
+      line["differing"] = 0;
+      line["detail"] = "the " + r.label + " run failed: " + r.cmd;
+      return line;
+    }
+    auto arr = npy::Read(r.out);
+    ThrowIfError(arr.status());
+    got.push_back(std::move(*arr));
+  }
+  Progress("invariance: pipeline", 3, 3);
+  int64_t rows = 0, differing = 0;
+  const npy::Array& ref = got[0];
+  const int64_t V = ref.shape.size() == 2 ? ref.shape[1] : 0;
+  for (size_t s = 1; s < got.size(); ++s) {
+    if (got[s].shape != ref.shape) {
+      ++differing;
+      continue;
+    }
+    for (int64_t t = 0; t < ref.shape[0]; ++t, ++rows) {
+      differing += std::memcmp(got[s].data.data() + t * V, ref.data.data() + t * V,
+                               static_cast<size_t>(V) * sizeof(float)) != 0;
+    }
+  }
+  line["rows"] = rows;
+  line["differing"] = differing;
+  line["status"] = rows > 0 && differing == 0 ? "passed" : "failed";
+  line["detail"] = absl::StrFormat("%d text tokens through `lockstep logits`: unsplit vs %s and %s "
+                                   "(MPI ranks); logits rows compared byte for byte",
+                                   ids.size(), runs[1].label, runs[2].label);
+  return line;
 }
 
 void Check(json& checks, const std::string& name, const absl::Status& s, const std::string& ok) {
@@ -352,6 +420,16 @@ void RunQualify(const Args& a, const std::string& command) {
                                       a.gen_tokens);
     ThrowIfError(inv.status());
     json invariance = *inv;
+    {
+      const std::vector<int32_t> pp_ids(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 64));
+      std::filesystem::path dir = work.empty() ? std::filesystem::temp_directory_path() /
+                                                     absl::StrFormat("lockstep-qualify-pp-%d",
+                                                                     static_cast<int>(getpid()))
+                                               : work;
+      std::filesystem::create_directories(dir);
+      invariance.push_back(PipelineSplitLine(*path, pp_ids, a, model->get()->config().n_layer, dir));
+      if (work.empty()) std::filesystem::remove_all(dir);
+    }
     stage("invariance", t0);
     t0 = Clock::now();
     qualify::SpecSettings ss;

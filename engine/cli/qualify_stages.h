@@ -42,8 +42,8 @@ absl::StatusOr<nlohmann::json> MeasureQuality(const Cell& cell, const models::Mo
 
 // The invariance battery lines that need no drafter: engine/cli/model_check.h's bitwise lines on
 // the cell's KV formats, then a request batched with others == alone and a prefix-cache hit ==
-// cold, both through the Engine (greedy and sampled), and the pipeline split line ("not
-// available": stages are not built). Each line: name, kind, rows, differing, detail, status.
+// cold, both through the Engine (greedy and sampled). Each line: name, kind, rows, differing,
+// detail, status. (The pipeline split line runs MPI ranks: engine/cli/cmd_qualify.cc.)
 // `long_prompts` (two KV blocks or more each) serve the prefix-cache line.
 absl::StatusOr<nlohmann::json> RunInvariance(const Cell& cell,
                                              const std::vector<std::vector<int32_t>>& prompts,
