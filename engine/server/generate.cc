@@ -192,6 +192,11 @@ void Server::Impl::HandleGenerate(Endpoint ep, const httplib::Request& req, http
     return Reply(res, ep_name, e);
   }
   const uint64_t seed = pr.seed ? *pr.seed : RandomSeed();
+  // Load-aware K: with half the sequence slots or more taken, drafts are halved (verify rows
+  // cost step tokens every neighbour shares). Greedy and coupled modes emit plain decoding's
+  // bytes for every K, so the reply does not depend on the K picked (docs/serving.md).
+  const int spec_k =
+      w.in_flight() >= (w.max_seqs() + 1) / 2 ? std::max(1, m->spec_k / 2) : m->spec_k;
   std::vector<std::shared_ptr<Channel>> chans;
   for (int i = 0; i < pr.n; ++i) {
     runtime::Request r;
@@ -201,7 +206,7 @@ void Server::Impl::HandleGenerate(Endpoint ep, const httplib::Request& req, http
     r.session = pr.session;
     if (m->drafter) {
       r.drafter = m->drafter.get();
-      r.spec.k = m->spec_k;
+      r.spec.k = spec_k;
       r.spec.mode = spec::DefaultSpecMode(pr.params.greedy());
     }
     chans.push_back(w.Submit(std::move(r), blocks));
