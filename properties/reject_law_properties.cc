@@ -17,9 +17,9 @@
 // formula appears: the oracle never sees q.
 //
 // The models are made here: a 2-layer llama with an 11-token vocabulary ("a".."h", "ab", "cd",
-// end-of-text) and seeded weights (models::SynthRow), and as the drafter its first layer alone
-// (early exit: same embeddings and head), so q is correlated with p but differs from it, both
-// in the weights of the kept tokens and in which tokens are kept. Sampling keeps at most 2
+// end-of-text) and seeded weights (models::SynthRow), and as the drafter the same model with its
+// last block's output projections scaled by 0.8, so q is correlated with p but differs from it,
+// both in the weights of the kept tokens and in which tokens are kept. Sampling keeps at most 2
 // tokens (top_k 2, min_p 0.3: a position is often deterministic), with a presence penalty so that
 // p depends on the history, a stop string "bc" that completes across token boundaries (inside a
 // round too) and end-of-text as the eos token; max_tokens 9 so that a first round of K = 8 ends
@@ -34,6 +34,10 @@
 // Poisson mixture of central chi-squares. n follows df, which follows the tree; it is printed.
 // A sequence the target gives probability 0 fails the test outright (p-value 0), and so does an
 // output whose text or finish reason is not the leaf's.
+//
+// For alpha 1e-4 and this configuration's 58 sequences: df 57, critical G 105.48, lambda_99 96.30,
+// n = 963031 requests. The engine runs on the ref backend, two engines on two threads, 64
+// requests to a batch; request i has seed i and K = 1 + i mod 8 (adaptive on alternate blocks).
 //
 // LOCKSTEP_REJECT_LAW_DRAWS=N runs N requests instead (ci/properties --mutants: a caught mutant
 // is caught with fewer); the test then says that the power statement does not apply.
@@ -71,7 +75,7 @@ const std::vector<std::string>& Vocab() {
 constexpr int32_t kEos = 10;  // CONTROL, the tokenizer's eos: an end-of-turn id the engine stops on
 
 // A llama GGUF with `layers` blocks of the law-test shape; every weight is SynthRow(seed, name,
-// row), so the first block of a 2-layer file equals the 1-layer file's block.
+// row), the last block's attn_output and ffn_down scaled by `late_scale` (1 for the target).
 absl::StatusOr<std::string> LawModelBytes(int64_t layers, float late_scale) {
   using gguf::Value;
   using gguf::ValueType;
