@@ -3,7 +3,9 @@
 // Decode route (MatmulDecodeKernel, T <= 8): a warp owns 4 * R rows (R = 1, 2 or 4 by shape);
 // lane = 8 * slice + class runs the class chains of R rows, so each activation load serves R
 // rows. Weights stream into a per-warp ring of shared-memory slots by cp.async, 3 steps ahead.
-// Each lane decodes its chunk 8 elements at a time and runs the fma chains for up to 8 tokens.
+// Each lane decodes its chunk 8 elements at a time and runs the fma chains for up to 8 tokens;
+// at T = 1 the activation row sits in shared memory (copied once per CTA), else it is read
+// through L1 (docs/kernels.md, run 6).
 // Class sums meet in a shuffle tree (xor 4, 2, 1).
 // Tiled route (MatmulTiledKernel): a CTA owns 64 rows x 32 tokens; warp g is class g. Per group
 // of 256 elements the CTA stages and decodes the 64 rows' weights into shared memory (transposed,
