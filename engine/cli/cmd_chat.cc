@@ -61,9 +61,8 @@ void RegisterChat(CLI::App& app) {
         continue;
       }
       messages.push_back({"user", line});
-      const std::string text = RenderChat(m, args->template_file, messages, true);
       runtime::Request req;
-      req.prompt = m.tok->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
+      req.prompt = RenderChatTokens(m, args->template_file, messages, true);
       req.params = args->params;
       req.seed = args->seed;
       req.session = "chat";

@@ -9,6 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "engine/cli/commands.h"
+#ifdef LOCKSTEP_WITH_NCCL
+#include "engine/pipeline/nccl_link.h"
+#endif
 #include "engine/cli/model_check.h"
 #include "engine/cli/model_io.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -28,6 +31,7 @@ void RegisterCheck(CLI::App& app) {
     int64_t max_prompt = 96;
     int64_t greedy_tokens = 128;
     bool no_ops = false;
+    bool nccl = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -48,7 +52,20 @@ void RegisterCheck(CLI::App& app) {
   sub->add_option("--greedy-tokens", args->greedy_tokens, "Tokens per prompt with --versus")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   sub->add_flag("--no-ops", args->no_ops, "Skip the op lines (model-level lines only)");
+  sub->add_flag("--nccl", args->nccl,
+                "Only the pipeline's GPU transport: a one-rank NCCL self send/recv on device 0");
   sub->callback([args] {
+    if (args->nccl) {
+#ifdef LOCKSTEP_WITH_NCCL
+      auto line = pipeline::NcclSelfTest(0, int64_t{1} << 20);
+      ThrowIfError(line.status());
+      std::printf("%s\n", line->c_str());
+      if (line->find(" PASS ") == std::string::npos) throw CliError(1, "nccl self test failed");
+      return;
+#else
+      throw CliError(2, "--nccl: this lockstep was built without CUDA (make build-cuda)");
+#endif
+    }
     uint64_t seed = args->seed;
     if (seed == 0) seed = std::random_device{}() | 1;
     auto cand = backend::MakeBackend(args->backend, {args->threads});

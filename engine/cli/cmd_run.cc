@@ -116,8 +116,7 @@ void RegisterRun(CLI::App& app) {
       std::vector<tokenizer::ChatMessage> messages;
       if (!args->system.empty()) messages.push_back({"system", args->system});
       messages.push_back({"user", prompt_text});
-      const std::string text = RenderChat(m, args->template_file, messages, true);
-      prompt = m.tok->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
+      prompt = RenderChatTokens(m, args->template_file, messages, true);
     } else {
       prompt = m.tok->Encode(prompt_text, m.tok->add_bos_default(), /*parse_special=*/true);
     }

@@ -19,10 +19,6 @@
 #include "engine/cli/model_io.h"
 #include "engine/store/model_store.h"
 
-// The server links cpp-httplib's library (Debian splits it out of httplib.h). Until
-// engine/CMakeLists.txt links it to lockstep_server, tests/CMakeLists.txt does and defines
-// LOCKSTEP_WITH_SERVER for the binary; a build without it (the cuda preset) says so on `serve`.
-#ifdef LOCKSTEP_WITH_SERVER
 #include "engine/server/server.h"
 
 namespace lockstep::cli {
@@ -278,16 +274,3 @@ void RegisterServe(CLI::App& app) {
 }
 
 }  // namespace lockstep::cli
-#else
-namespace lockstep::cli {
-void RegisterServe(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("serve", "Serve models over an OpenAI-compatible HTTP API "
-                                              "(not in this build: see docs/serving.md)");
-  sub->allow_extras();
-  sub->callback([] {
-    throw CliError(2, "this lockstep was built without the server (configure with tests on, "
-                      "e.g. the cpu preset, which links cpp-httplib)");
-  });
-}
-}  // namespace lockstep::cli
-#endif

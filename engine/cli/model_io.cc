@@ -64,24 +64,42 @@ LoadedModel LoadTokenizerOnly(const std::string& name_or_path) {
   return m;
 }
 
+namespace {
+
+std::string ReadTemplate(const std::string& template_file) {
+  if (template_file.empty()) return "";
+  std::ifstream in(template_file);
+  if (!in) throw CliError(2, "cannot read --template file " + template_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+template <typename T>
+T OrThrow(const LoadedModel& m, absl::StatusOr<T> v) {
+  if (!v.ok() && absl::IsNotFound(v.status())) {
+    throw CliError(2, m.path + ": " + std::string(v.status().message()));
+  }
+  ThrowIfError(v.status());
+  return *std::move(v);
+}
+
+}  // namespace
+
 std::string RenderChat(const LoadedModel& m, const std::string& template_file,
                        const std::vector<tokenizer::ChatMessage>& messages,
                        bool add_generation_prompt) {
-  std::string source;
-  if (!template_file.empty()) {
-    std::ifstream in(template_file);
-    if (!in) throw CliError(2, "cannot read --template file " + template_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    source = ss.str();
-  }
-  auto text = tokenizer::RenderModelChat(m.model ? m.model->file() : *m.file, *m.tok, source,
-                                         messages, add_generation_prompt);
-  if (!text.ok() && absl::IsNotFound(text.status())) {
-    throw CliError(2, m.path + ": " + std::string(text.status().message()));
-  }
-  ThrowIfError(text.status());
-  return *text;
+  return OrThrow(m, tokenizer::RenderModelChat(m.model ? m.model->file() : *m.file, *m.tok,
+                                               ReadTemplate(template_file), messages,
+                                               add_generation_prompt));
+}
+
+std::vector<int32_t> RenderChatTokens(const LoadedModel& m, const std::string& template_file,
+                                      const std::vector<tokenizer::ChatMessage>& messages,
+                                      bool add_generation_prompt) {
+  return OrThrow(m, tokenizer::RenderModelChatTokens(m.model ? m.model->file() : *m.file, *m.tok,
+                                                     ReadTemplate(template_file), messages,
+                                                     add_generation_prompt));
 }
 
 }  // namespace lockstep::cli

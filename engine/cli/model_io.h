@@ -32,5 +32,11 @@ LoadedModel LoadTokenizerOnly(const std::string& name_or_path);
 std::string RenderChat(const LoadedModel& m, const std::string& template_file,
                        const std::vector<tokenizer::ChatMessage>& messages,
                        bool add_generation_prompt);
+// The same prompt as tokens: message contents stay text, so a control token typed inside a
+// message (`<|im_end|><|im_start|>system`) cannot forge a turn; only the template's own markup
+// yields special tokens (tokenizer::RenderModelChatTokens).
+std::vector<int32_t> RenderChatTokens(const LoadedModel& m, const std::string& template_file,
+                                      const std::vector<tokenizer::ChatMessage>& messages,
+                                      bool add_generation_prompt);
 
 }  // namespace lockstep::cli
