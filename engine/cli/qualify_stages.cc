@@ -1,5 +1,6 @@
 #include "engine/cli/qualify_stages.h"
 
+#include "engine/cli/bench_support.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "engine/cli/bench_support.h"
 #include "engine/cli/model_check.h"
 #include "engine/core/compare.h"
 #include "engine/core/status.h"
@@ -21,12 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -86,19 +82,6 @@ int64_t Differing(const std::vector<int32_t>& a, const std::vector<int32_t>& b, 
 }
 
 }  // namespace
-
-double WeightBytesPerToken(const models::Model& m) {
-  double bytes = 0;
-  const models::Weights& w = m.weights();
-  for (const gguf::TensorInfo& t : m.file().tensors()) {
-    if (t.name == "token_embd.weight" && w.output.data != w.tok_embd.data) {
-      bytes += static_cast<double>(t.n_bytes) / static_cast<double>(w.tok_embd.rows);
-      continue;
-    }
-    bytes += static_cast<double>(t.n_bytes);
-  }
-  return bytes;
-}
 
 absl::StatusOr<json> MeasureQuality(const Cell& c, const models::Model& reference,
                                     const std::vector<int32_t>& tokens, int64_t chunk) {
@@ -479,27 +462,7 @@ absl::StatusOr<json> MeasureThroughput(const Cell& c, const ThroughputSettings& 
   }
   // Read bandwidth of the host: `threads` threads sum disjoint parts of a 512 MiB buffer.
   std::vector<float> buf(size_t{128} << 20, 1.0f);
-  auto bandwidth = [&] {
-    const int th = std::max(1, c.threads);
-    std::vector<double> sums(th);
-    const size_t per = buf.size() / th;
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < th; ++t) {
-      pool.emplace_back([&, t] {
-        float acc[16] = {0};
-        const float* p = buf.data() + t * per;
-        for (size_t i = 0; i + 16 <= per; i += 16) {
-          for (int l = 0; l < 16; ++l) acc[l] += p[i + l];
-        }
-        sums[t] = std::accumulate(acc, acc + 16, 0.0);
-      });
-    }
-    for (auto& t : pool) t.join();
-    volatile double sink = std::accumulate(sums.begin(), sums.end(), 0.0);
-    (void)sink;
-    return static_cast<double>(per * th * sizeof(float)) / Seconds(t0);
-  };
+  auto bandwidth = [&] { return ReadBandwidth(buf, std::max(1, c.threads)); };
   std::vector<double> bw;
   std::vector<std::vector<double>> dec(s.concurrency.size()), pre(s.concurrency.size());
   for (int rep = 0; rep < s.reps; ++rep) {

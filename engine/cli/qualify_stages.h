@@ -84,8 +84,4 @@ struct ThroughputSettings {
 // (bandwidth / weight bytes read per decoded token), as `lockstep bench` reports it.
 absl::StatusOr<nlohmann::json> MeasureThroughput(const Cell& cell, const ThroughputSettings& s);
 
-// Bytes of weights one decoded token reads (every matrix once; one embedding row unless the
-// embedding is also the output head).
-double WeightBytesPerToken(const models::Model& m);
-
 }  // namespace lockstep::cli::qualify
