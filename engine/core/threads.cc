@@ -2,7 +2,25 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace lockstep::core {
+namespace {
+
+// Pauses before a spinning thread parks (a pause is tens of cycles: some hundred microseconds).
+constexpr int kSpin = 20000;
+
+inline void Relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -14,7 +32,7 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   work_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -41,22 +59,29 @@ void ThreadPool::Run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
     n_ = n;
     chunk_ = chunk;
     chunks_ = static_cast<int>((n + chunk - 1) / chunk);  // no empty trailing chunk
-    pending_ = chunks_ - 1;
-    ++generation_;
+    pending_.store(chunks_ - 1);
+    generation_.fetch_add(1);
   }
   work_cv_.notify_all();
   fn(ctx, 0, std::min(n, chunk));
+  for (int i = 0; i < kSpin && pending_.load(std::memory_order_acquire) != 0; ++i) Relax();
+  if (pending_.load(std::memory_order_acquire) == 0) return;
   std::unique_lock<std::mutex> lk(mu_);
-  done_cv_.wait(lk, [this] { return pending_ == 0; });
+  done_cv_.wait(lk, [this] { return pending_.load() == 0; });
 }
 
 void ThreadPool::WorkerLoop(int worker) {
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    work_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+    for (int i = 0; i < kSpin && generation_.load(std::memory_order_acquire) == seen &&
+                    !stop_.load(std::memory_order_relaxed);
+         ++i) {
+      Relax();
+    }
+    std::unique_lock<std::mutex> lk(mu_);
+    work_cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
     if (stop_) return;
-    seen = generation_;
+    seen = generation_.load();
     // A worker that wakes late may skip a generation in which it had no chunk: the caller only
     // starts the next job after every chunk of this one is done.
     if (worker >= chunks_) continue;
@@ -66,8 +91,10 @@ void ThreadPool::WorkerLoop(int worker) {
     void* ctx = ctx_;
     lk.unlock();
     fn(ctx, begin, end);
-    lk.lock();
-    if (--pending_ == 0) done_cv_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> g(mu_);  // the caller may be parked on done_cv_
+      done_cv_.notify_one();
+    }
   }
 }
 

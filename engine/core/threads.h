@@ -1,5 +1,8 @@
 // A small fixed-size thread pool for the CPU backend. A forward makes hundreds of op calls, so
-// a call costs one condition-variable wake of the parked workers, not thread creation.
+// a call must cost far less than a thread wake: workers and the caller spin on an atomic for a
+// short while (kSpin pauses, well under a millisecond) before they park on a condition
+// variable. Parking costs a futex wake per call, which on a VM dominated small-model decode
+// (docs/performance.md).
 //
 // Partitioning is static and visible: ParallelFor splits [0, n) into contiguous ranges, one per
 // worker, and each range is run by exactly one thread. Kernels that want thread invariance make
@@ -7,6 +10,7 @@
 // decides who computes an element, never how.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -51,9 +55,10 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable work_cv_;  // workers wait here for a new generation
   std::condition_variable done_cv_;  // the caller waits here for pending_ == 0
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  int pending_ = 0;  // chunks handed to workers and not yet finished
+  // Written under mu_ (so that a parked thread cannot miss a change), read by spinners without it.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> pending_{0};  // chunks handed to workers and not yet finished
   // The current job, read by workers under mu_ after a generation change.
   RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
