@@ -176,6 +176,11 @@ void RegisterServe(CLI::App& app) {
       eo.prefix_cache_bytes = a->prefix_cache_mb << 20;
       eo.max_sessions = a->max_sessions;
       eo.max_spec_k = std::max(1, a->spec_k);
+      if (a->engine.pp_stages > 1 && a->models.size() > 1) {
+        throw CliError(2, "--pp-stages splits one model into stages: give exactly one --model");
+      }
+      // Pipeline stages (docs/pipeline.md): ranks > 0 serve their layers and end here.
+      if (StartPipeline(a->engine, *lm.model, *sm->be, &eo)) return;
       auto engine = runtime::Engine::Create(*lm.model, *lm.tok, *sm->be, eo);
       if (!engine.ok()) {
         throw CliError(2, "--model " + ms.alias + ": " + std::string(engine.status().message()));
@@ -223,12 +228,13 @@ void RegisterServe(CLI::App& app) {
                    {"prefix_cache_mb", a->prefix_cache_mb},
                    {"max_sessions", a->max_sessions},
                    {"chat_template", has_template ? "yes" : "none (chat requests refused)"},
-                   {"pipeline_stages", 1},
+                   {"pipeline_stages", std::max<size_t>(1, (*engine)->stage_lines().size())},
+                   {"pipeline", (*engine)->stage_lines()},
                    {"fingerprint", "lockstep-" + sha.substr(0, 12)}};
       std::fprintf(stderr,
                    "  %s: %s sha256 %s  %s %s  backend %s  draft %s  KV %s/%s  context %lld  "
                    "KV blocks %lld x %lld tokens  max-seqs %lld  prefix cache %lld MiB  "
-                   "sessions %lld  chat template %s  stages 1\n",
+                   "sessions %lld  chat template %s  stages %zu\n",
                    ms.alias.c_str(), lm.path.c_str(), sha.substr(0, 16).c_str(),
                    lm.model->config().arch.c_str(), MainQuant(f).c_str(), a->backend.c_str(),
                    draft_desc.c_str(), quant::KvFormatName(o.k_format),
@@ -236,7 +242,9 @@ void RegisterServe(CLI::App& app) {
                    static_cast<long long>((*engine)->pool().n_blocks()),
                    static_cast<long long>(o.block_size), static_cast<long long>(a->max_seqs),
                    static_cast<long long>(a->prefix_cache_mb),
-                   static_cast<long long>(a->max_sessions), has_template ? "yes" : "none");
+                   static_cast<long long>(a->max_sessions), has_template ? "yes" : "none",
+                   std::max<size_t>(1, (*engine)->stage_lines().size()));
+      PrintStages(**engine);
       sm->model = std::move(lm.model);
       sm->tok = std::move(lm.tok);
       sm->worker = std::make_unique<server::Worker>(sm->alias, std::move(*engine), a->max_seqs);
