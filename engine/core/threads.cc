@@ -1,6 +1,7 @@
 #include "engine/core/threads.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -9,8 +10,10 @@
 namespace lockstep::core {
 namespace {
 
-// Pauses before a spinning thread parks (a pause is tens of cycles: some hundred microseconds).
-constexpr int kSpin = 20000;
+// How long a waiting thread spins before it parks. Long enough to cover the gap between two ops
+// of a decode step, short enough that on an oversubscribed machine (ctest -j, a server beside
+// its clients) a spinner takes little from the thread it waits for.
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 inline void Relax() {
 #if defined(__x86_64__)
@@ -18,6 +21,17 @@ inline void Relax() {
 #else
   std::this_thread::yield();
 #endif
+}
+
+// Spins until done() or kSpin has passed; true when done() became true.
+template <typename Done>
+bool SpinUntil(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    Relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) return done();
+  }
 }
 
 }  // namespace
@@ -64,8 +78,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
   }
   work_cv_.notify_all();
   fn(ctx, 0, std::min(n, chunk));
-  for (int i = 0; i < kSpin && pending_.load(std::memory_order_acquire) != 0; ++i) Relax();
-  if (pending_.load(std::memory_order_acquire) == 0) return;
+  if (SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
   std::unique_lock<std::mutex> lk(mu_);
   done_cv_.wait(lk, [this] { return pending_.load() == 0; });
 }
@@ -73,11 +86,10 @@ void ThreadPool::Run(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
 void ThreadPool::WorkerLoop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < kSpin && generation_.load(std::memory_order_acquire) == seen &&
-                    !stop_.load(std::memory_order_relaxed);
-         ++i) {
-      Relax();
-    }
+    SpinUntil([&] {
+      return generation_.load(std::memory_order_acquire) != seen ||
+             stop_.load(std::memory_order_relaxed);
+    });
     std::unique_lock<std::mutex> lk(mu_);
     work_cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
     if (stop_) return;

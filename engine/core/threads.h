@@ -1,6 +1,6 @@
 // A small fixed-size thread pool for the CPU backend. A forward makes hundreds of op calls, so
 // a call must cost far less than a thread wake: workers and the caller spin on an atomic for a
-// short while (kSpin pauses, well under a millisecond) before they park on a condition
+// short while (kSpin, 50 us) before they park on a condition
 // variable. Parking costs a futex wake per call, which on a VM dominated small-model decode
 // (docs/performance.md).
 //
