@@ -22,6 +22,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/engine_decode.h"
 #include "tests/support/golden_manifest.h"
 
 namespace lockstep {
@@ -32,35 +33,6 @@ const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/decode/";
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-// The prompt in one step (its last row's logits kept), then one token of `fed` per step:
-// logits [fed.size() + 1, V] for positions P-1 .. P-1+fed.size(). Block b of the sequence is
-// pool block 7b mod n, so the block table is not an identity map.
-absl::StatusOr<std::vector<float>> DecodeFed(const models::Model& model, backend::Backend& be,
-                                             const std::vector<int32_t>& prompt,
-                                             const std::vector<int32_t>& fed) {
-  const int64_t P = static_cast<int64_t>(prompt.size()), n = static_cast<int64_t>(fed.size());
-  models::RunnerOptions o;
-  o.max_step_tokens = P;
-  o.max_logit_rows = 1;
-  o.block_size = 16;
-  o.n_blocks = (P + n + 15) / 16 + 3;
-  if (o.n_blocks % 7 == 0) ++o.n_blocks;
-  auto runner = models::Runner::Create(model, be, o);
-  if (!runner.ok()) return runner.status();
-  std::vector<int32_t> blocks(o.n_blocks), tokens = prompt;
-  for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(b * 7 % o.n_blocks);
-  tokens.insert(tokens.end(), fed.begin(), fed.end());
-  std::vector<float> all, row;
-  for (int64_t s = 0; s <= n; ++s) {
-    const int64_t start = s == 0 ? 0 : P + s - 1, len = s == 0 ? P : 1;
-    models::StepEntry e{std::span<const int32_t>(tokens).subspan(start, len), start,
-                        std::span<const int32_t>(blocks).first((start + len + 15) / 16), 1};
-    if (absl::Status st = (*runner)->Forward(std::span(&e, 1), &row); !st.ok()) return st;
-    all.insert(all.end(), row.begin(), row.end());
-  }
-  return all;
 }
 
 class DecodeGolden : public ::testing::TestWithParam<std::string> {};
@@ -119,10 +91,11 @@ TEST_P(DecodeGolden, MatchesTransformers) {
 
   auto be = backend::MakeBackend("cpu", {0});
   ASSERT_TRUE(be.ok()) << be.status();
-  auto logits = DecodeFed(**model, **be, prompt, generated);
-  ASSERT_TRUE(logits.ok()) << logits.status();
+  auto decoded = testing_support::EngineDecode(**model, **be, prompt, generated,
+                                               static_cast<int64_t>(generated.size()));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
   const int64_t V = cfg.n_vocab, rows = g->shape[0];
-  auto st = compare::TopKGolden(logits->data(), rows, V, g->data.data(), g->shape[1],
+  auto st = compare::TopKGolden(decoded->logits.data(), rows, V, g->data.data(), g->shape[1],
                                 tol::kGoldenDecisiveMargin);
   ASSERT_TRUE(st.ok()) << st.status();
   SCOPED_TRACE(compare::Describe(*st));

@@ -31,6 +31,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "oracle/naive_forward.h"
+#include "tests/support/engine_decode.h"
 #include "tests/support/golden_manifest.h"
 
 namespace lockstep {
@@ -150,50 +151,8 @@ void CompareRow(const float* a, const double* ref, int64_t V, double margin, Row
   }
 }
 
-// The engine's decode path: the prompt prefilled in one step (its last row's logits kept), then
-// `steps` steps of one token each: the forced token when given, else the engine's own argmax.
-// The KV pool's blocks are handed out in a scrambled order (block b of the sequence is pool
-// block 7b mod n), so the block table is exercised, not an identity map.
-struct Decoded {
-  std::vector<int32_t> tokens;  // prompt + fed tokens
-  std::vector<float> logits;    // [steps + 1, V]: positions P-1 .. P+steps-1
-};
-absl::StatusOr<Decoded> EngineDecode(const models::Model& model, backend::Backend& be,
-                                     const std::vector<int32_t>& prompt,
-                                     const std::vector<int32_t>& forced, int64_t steps) {
-  const int64_t P = static_cast<int64_t>(prompt.size()), V = model.config().n_vocab;
-  models::RunnerOptions o;
-  o.max_step_tokens = P;
-  o.max_logit_rows = 1;
-  o.block_size = 16;
-  o.n_blocks = (P + steps + 15) / 16 + 3;
-  if (o.n_blocks % 7 == 0) ++o.n_blocks;
-  auto runner = models::Runner::Create(model, be, o);
-  if (!runner.ok()) return runner.status();
-  std::vector<int32_t> blocks(o.n_blocks);
-  for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(b * 7 % o.n_blocks);
-  Decoded d;
-  d.tokens = prompt;
-  std::vector<float> row;
-  for (int64_t s = 0; s <= steps; ++s) {
-    const int64_t start = s == 0 ? 0 : P + s - 1;
-    const int64_t n = s == 0 ? P : 1;
-    const int64_t need = (start + n + 15) / 16;
-    models::StepEntry e{std::span<const int32_t>(d.tokens).subspan(start, n), start,
-                        std::span<const int32_t>(blocks).first(need), 1};
-    absl::Status st = (*runner)->Forward(std::span(&e, 1), &row);
-    if (!st.ok()) return st;
-    d.logits.insert(d.logits.end(), row.begin(), row.end());
-    if (s == steps) break;
-    const int32_t next = s < static_cast<int64_t>(forced.size())
-                             ? forced[s]
-                             : static_cast<int32_t>(std::max_element(row.begin(), row.end()) -
-                                                    row.begin());
-    d.tokens.push_back(next);
-  }
-  (void)V;
-  return d;
-}
+using testing_support::Decoded;
+using testing_support::EngineDecode;
 
 std::unique_ptr<oracle::NaiveModel> LoadNaive(const gguf::File& f) {
   auto m = oracle::NaiveModel::Load(f, Threads());
