@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "engine/cli/commands.h"
 #include "engine/gguf/gguf.h"
 
@@ -113,6 +114,15 @@ std::pair<double, double> RunConcurrent(runtime::Engine& engine, const std::vect
   engine.ClearCaches();
   return {c * static_cast<double>(prompt.size()) / prefill_s,
           static_cast<double>(generated - first_tokens) / decode_s};
+}
+
+const char* FrSpecVerdict(bool identical, double ratio) {
+  return !identical || ratio < kFrSpecBad ? "BAD" : ratio >= kFrSpecGood ? "GOOD" : "WASH";
+}
+
+std::string FrSpecRule() {
+  return absl::StrFormat("(GOOD >= %.2f with identical output, BAD < %.2f or any difference)",
+                         kFrSpecGood, kFrSpecBad);
 }
 
 }  // namespace lockstep::cli

@@ -3,6 +3,7 @@
 // and aggregate decode of concurrent requests through the engine loop.
 #pragma once
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,5 +25,12 @@ double WeightBytesPerToken(const models::Model& m);
 // {prefill tok/s, decode tok/s}. Throws CliError on an engine error.
 std::pair<double, double> RunConcurrent(runtime::Engine& engine, const std::vector<int32_t>& prompt,
                                         int c, int gen_tokens);
+
+// The FR-Spec verdict (docs/frspec.md) from the trimmed/untrimmed median tok/s ratio: "GOOD" at
+// >= 1.03 with identical output, "BAD" below 0.97 or on any output difference, else "WASH".
+inline constexpr double kFrSpecGood = 1.03, kFrSpecBad = 0.97;
+const char* FrSpecVerdict(bool identical, double ratio);
+// "(GOOD >= 1.03 with identical output, BAD < 0.97 or any difference)".
+std::string FrSpecRule();
 
 }  // namespace lockstep::cli

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "engine/cli/bench_support.h"
 #include "engine/cli/commands.h"
 #include "engine/cli/model_io.h"
 #include "engine/models/requantize.h"
@@ -370,10 +371,10 @@ void RunValidate(const TrimArgs& a) {
                                                      : "NO");
   for (const std::string& f : failures) std::printf("    %s\n", f.c_str());
   const double ratio = med[2] / med[1];
-  const char* verdict = !identical || ratio < 0.97 ? "BAD" : ratio >= 1.03 ? "GOOD" : "WASH";
-  std::printf("%s: trimmed/untrimmed tok/s = %.1f / %.1f = %.3f (GOOD >= 1.03 with identical "
-              "output, BAD < 0.97 or any difference); trimmed vs plain %.3fx\n",
-              verdict, med[2], med[1], ratio, med[2] / med[0]);
+  const char* verdict = FrSpecVerdict(identical, ratio);
+  std::printf("%s: trimmed/untrimmed tok/s = %.1f / %.1f = %.3f %s; trimmed vs plain %.3fx\n",
+              verdict, med[2], med[1], ratio, FrSpecRule().c_str(),
+              med[2] / med[0]);
   // The verdict reads medians only; say so when the reps themselves do not separate.
   const auto [lo_f, hi_f] = std::minmax_element(runs[1].rep_tok_s.begin(), runs[1].rep_tok_s.end());
   const auto [lo_t, hi_t] = std::minmax_element(runs[2].rep_tok_s.begin(), runs[2].rep_tok_s.end());

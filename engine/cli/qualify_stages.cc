@@ -344,17 +344,16 @@ absl::StatusOr<json> MeasureSpec(const Cell& c, const std::vector<std::vector<in
               {"mean_accepted_length", st.mean_accepted_length()},
               {"per_position", per_position(st)}};
   if (nv == 3) {
-    // docs/frspec.md: GOOD >= 1.03 x the untrimmed draft's tok/s with identical output, BAD
-    // below 0.97 or on any difference, WASH in between (medians).
+    // docs/frspec.md: the verdict from the trimmed/untrimmed median tok/s (bench_support.h).
     const double ratio = Median(tok_s[1]) / Median(tok_s[2]);
-    const char* verdict = diff > 0 || ratio < 0.97 ? "BAD" : ratio >= 1.03 ? "GOOD" : "WASH";
+    const char* verdict = FrSpecVerdict(diff == 0, ratio);
     out["frspec"] = {{"verdict", verdict}, {"ratio", ratio},
                      {"untrimmed_tok_s", tok_s[2]}, {"untrimmed_median_tok_s", Median(tok_s[2])},
                      {"untrimmed_acceptance", stats[2].drafted ? static_cast<double>(stats[2].accepted) /
                                                                      stats[2].drafted : 0.0},
                      {"untrimmed_per_position", per_position(stats[2])},
-                     {"detail", absl::StrFormat("trimmed/untrimmed median tok/s = %.3f (GOOD >= 1.03,"
-                                                " BAD < 0.97 or any output difference)", ratio)}};
+                     {"detail", absl::StrFormat("trimmed/untrimmed median tok/s = %.3f %s", ratio,
+                                                FrSpecRule())}};
   } else {
     out["frspec"] = {{"verdict", "not applicable"}, {"detail", "the draft is not trimmed"}};
   }
