@@ -3,9 +3,11 @@
 // (docs/serving.md).
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "engine/server/connection.h"
 #include "engine/server/server_internal.h"
 #include "engine/spec/drafter.h"
 
@@ -14,6 +16,9 @@ namespace {
 
 using json = nlohmann::ordered_json;
 using namespace std::chrono_literals;
+
+// How often a handler with nothing to send looks whether its client is still there.
+constexpr std::chrono::milliseconds kProbeEvery = 200ms;
 
 std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -217,18 +222,32 @@ void Server::Impl::HandleGenerate(Endpoint ep, const httplib::Request& req, http
   const bool drafter = m->drafter != nullptr;
   const int top_n = pr.params.top_logprobs;
 
+  // The client's socket, watched while the engine works: a client that goes away cancels
+  // every choice and their blocks return to the pool (connection.h says how it is found).
+  const int conn = ConnectionSocket(req.remote_addr, req.remote_port, req.local_port);
+  if (conn < 0) {
+    std::fprintf(stderr, "serve: the socket of %s:%d was not found; a disconnect will not cancel "
+                 "this request\n", req.remote_addr.c_str(), req.remote_port);
+  }
   if (!pr.stream) {
     std::vector<Channel::Batch> done(pr.n);
     std::vector<std::vector<TokenRecord>> toks(pr.n);
     std::vector<std::string> text(pr.n);
     for (int i = 0; i < pr.n; ++i) {
       while (true) {
-        Channel::Batch b = chans[i]->Take(1000ms);
+        Channel::Batch b = chans[i]->Take(kProbeEvery);
         text[i] += b.text;
         toks[i].insert(toks[i].end(), b.tokens.begin(), b.tokens.end());
         if (b.done) {
           done[i] = std::move(b);
           break;
+        }
+        if (conn >= 0 && PeerClosed(conn)) {
+          for (const auto& c : chans) w.Cancel(c);
+          // 499: nginx's "client closed request"; nobody reads this reply.
+          res.status = 499;
+          metrics.CountRequest(ep_name, 499);
+          return;
         }
       }
     }
@@ -311,6 +330,9 @@ void Server::Impl::HandleGenerate(Endpoint ep, const httplib::Request& req, http
               return true;
             }
             const bool has_news = !b.text.empty() || (logprobs && !b.tokens.empty());
+            // Nothing to write (a long prefill, text held back by a stop string): no failed
+            // write would notice a client that left, so look at its socket.
+            if (!has_news && !b.done && conn >= 0 && PeerClosed(conn)) return false;
             if (has_news || b.done) {
               if (chat) {
                 c["delta"] = b.text.empty() ? json::object() : json{{"content", b.text}};

@@ -6,8 +6,10 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -18,11 +20,15 @@ BODY = {"model": "smol", "messages": [{"role": "user", "content": "Tell me a lon
         "temperature": 0, "stream": True}
 
 
-def metric(srv, name):
+def metric(srv, name, absent=None):
+    """The value of the series `name` (with its labels); `absent` when it is not there yet, or
+    a failure when no default is given."""
     _, _, text = srv.get("/metrics")
     for ln in text.splitlines():
-        if ln.startswith(name):
+        if ln.startswith(name + " "):
             return int(float(ln.split()[-1]))
+    if absent is not None:
+        return absent
     raise AssertionError(f"{name} not in /metrics")
 
 
@@ -56,6 +62,48 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(metric(srv, 'lockstep_admitted_sequences{model="smol"}'), 0)
             self.assertEqual(metric(srv, 'lockstep_kv_blocks_free{model="smol"}'), total)
             self.assertLess(metric(srv, "lockstep_generated_tokens_total"), 900)
+
+    def test_disconnect_cancels_non_streaming_request(self):
+        # A non-streaming reply is written only at the end, so no failed write can tell the
+        # server its client left: it watches the connection's socket while the engine works.
+        with serve("--model", f"smol={MODEL}", "--ctx", "1024", "--prefix-cache-mb", "0",
+                   "--max-sessions", "0") as srv:
+            total = metric(srv, 'lockstep_kv_blocks_free{model="smol"}')
+            kept = dict(BODY, stream=False, max_tokens=48,
+                        messages=[{"role": "user", "content": "Name three colours."}])
+            status, _, alone = srv.post("/v1/chat/completions", kept)
+            self.assertEqual(status, 200, alone)
+            gone = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            gone.request("POST", "/v1/chat/completions",
+                         json.dumps(dict(BODY, stream=False, max_tokens=900,
+                                         logit_bias={"0": -100, "1": -100, "2": -100})),
+                         {"Content-Type": "application/json"})
+            deadline = time.time() + 30
+            while metric(srv, 'lockstep_kv_blocks_used{model="smol"}') == 0:
+                self.assertLess(time.time(), deadline, "the long request never started")
+                time.sleep(0.05)
+            result = {}
+            left_alone = threading.Thread(
+                target=lambda: result.update(r=srv.post("/v1/chat/completions", kept)))
+            left_alone.start()
+            time.sleep(0.3)  # the kept request is admitted and running beside the long one
+            gone.sock.shutdown(socket.SHUT_RDWR)
+            gone.close()
+            deadline = time.time() + 5
+            while time.time() < deadline and metric(srv, "lockstep_requests_total"
+                                                    '{endpoint="chat",status="499"}', 0) == 0:
+                time.sleep(0.1)
+            left_alone.join(60)
+            self.assertFalse(left_alone.is_alive())
+            status, _, r = result["r"]
+            self.assertEqual(status, 200, r)
+            self.assertEqual(r["choices"][0]["message"]["content"],
+                             alone["choices"][0]["message"]["content"])
+            self.assertEqual(metric(srv, 'lockstep_requests_total{endpoint="chat",status="499"}', 0), 1)
+            self.assertEqual(metric(srv, 'lockstep_admitted_sequences{model="smol"}'), 0)
+            self.assertEqual(metric(srv, 'lockstep_kv_blocks_free{model="smol"}'), total)
+            # Both kept requests' tokens and the long one's few: it did not run to 900.
+            self.assertLess(metric(srv, "lockstep_generated_tokens_total"), 400)
 
     def test_sigterm_drains(self):
         with serve("--model", f"smol={MODEL}", "--ctx", "512") as srv:
