@@ -40,6 +40,28 @@ class RefBackend final : public backend::HostBackend {
   absl::Status Add(backend::Tensor a, backend::Tensor b, backend::Tensor out) override;
   absl::Status Scale(backend::Tensor x, float s, backend::Tensor out) override;
   absl::Status Softcap(backend::Tensor x, float cap) override;
+  // Gated DeltaNet (ref_gdn.cc).
+  absl::Status CausalConvSilu(backend::Tensor x, const backend::Weight& w,
+                              const backend::GdnLayout& l, backend::GdnLayer state,
+                              backend::Tensor y) override;
+  absl::Status GdnGates(backend::Tensor a, backend::Tensor b, const backend::Weight& dt_bias,
+                        const backend::Weight& ssm_a, backend::Tensor g,
+                        backend::Tensor beta) override;
+  absl::Status GatedDeltaRule(backend::Tensor qkv, backend::Tensor g, backend::Tensor beta,
+                              const backend::GdnLayout& l, backend::GdnLayer state, float eps,
+                              backend::Tensor out) override;
+  absl::Status GatedRmsNorm(backend::Tensor x, const backend::Weight& w, backend::Tensor z,
+                            float eps, backend::Tensor y) override;
+  absl::Status SplitHalves(backend::Tensor x, int64_t m, backend::Tensor a,
+                           backend::Tensor b) override;
+  // Mixture of experts (ref_moe.cc).
+  absl::Status MoeRoute(backend::Tensor logits, int64_t k, bool normalize,
+                        backend::Tensor weights, backend::IntTensor ids) override;
+  absl::Status MatMulExperts(const backend::Weight& w, int64_t n_expert, backend::Tensor x,
+                             backend::IntTensor ids, backend::Tensor y) override;
+  absl::Status MoeCombine(backend::Tensor y, backend::Tensor weights,
+                          backend::Tensor out) override;
+  absl::Status SigmoidMul(backend::Tensor x, backend::Tensor g, backend::Tensor out) override;
 };
 
 }  // namespace lockstep::oracle

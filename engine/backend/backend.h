@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "engine/quant/kv_format.h"
 #include "engine/quant/types.h"
 
@@ -64,6 +65,15 @@ struct Tensor {
   Tensor Reshaped(int64_t cols2) const { return {data, size() / cols2, cols2}; }
   // Rows [r0, r0 + n) of this tensor.
   Tensor Rows(int64_t r0, int64_t n) const { return {data + r0 * cols, n, cols}; }
+};
+
+// A row-major int32 matrix [rows, cols] in backend memory (MoE routes: expert ids per token).
+struct IntTensor {
+  int32_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t size() const { return rows * cols; }
+  IntTensor Rows(int64_t r0, int64_t n) const { return {data + r0 * cols, n, cols}; }
 };
 
 enum class RopeMode {
@@ -117,9 +127,49 @@ struct StepMeta {
   // ends, so a device backend may record them once and replay them (cuda graphs). False for a
   // step that downloads intermediate tensors (--dump-layers).
   bool may_capture = true;
+  // Recurrent state (Gated DeltaNet layers, docs/models.md): the state-pool slot of each
+  // sequence, read at the start of its rows and written at their end (empty: the step has no
+  // recurrent layers). A sequence whose first row is at position 0 starts from zeros.
+  std::vector<int32_t> state_slots;        // [n_seq] or empty
+  // When non-empty: state_checkpoints[t] >= 0 is a slot that also receives the state right after
+  // row t (speculative verify: the state at every draft position, restored on rejection).
+  std::vector<int32_t> state_checkpoints;  // [T] or empty; -1 = none
   int64_t n_seq() const { return static_cast<int64_t>(seq_len.size()); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
+
+// The recurrent state of one Gated DeltaNet layer for every slot of the state pool, in backend
+// memory (docs/models.md, "Hybrid Gated DeltaNet"):
+//   conv: [n_slots, conv_kernel - 1, channels]  the last K - 1 inputs of the causal conv
+//   ssm:  [n_slots, n_v_head, head_k_dim, head_v_dim]  the delta-rule state S (f32)
+struct GdnLayout {
+  int64_t n_slots = 0;
+  int64_t conv_kernel = 0;  // K
+  int64_t n_k_head = 0, n_v_head = 0, head_k_dim = 0, head_v_dim = 0;
+  // Which key head value head h reads: h % n_k_head when tiled (qwen3_5: llama.cpp's converter
+  // reorders the value heads so that ggml_repeat tiles), else h / (n_v_head / n_k_head)
+  // (qwen3_next: transformers' repeat_interleave).
+  bool tiled_k = false;
+  // conv channels: q, k (n_k_head * head_k_dim each) then v (n_v_head * head_v_dim).
+  int64_t channels() const { return 2 * n_k_head * head_k_dim + n_v_head * head_v_dim; }
+  int64_t conv_floats() const { return (conv_kernel - 1) * channels(); }    // per slot
+  int64_t ssm_floats() const { return n_v_head * head_k_dim * head_v_dim; }  // per slot
+  int64_t k_head_of(int64_t h) const {
+    return tiled_k ? h % n_k_head : h / (n_v_head / n_k_head);
+  }
+};
+struct GdnLayer {
+  float* conv = nullptr;  // backend memory, n_slots * conv_floats()
+  float* ssm = nullptr;   // backend memory, n_slots * ssm_floats()
+};
+
+// The error of a Gated DeltaNet op that `backend` does not implement.
+inline absl::Status UnimplementedGdnOp(std::string_view backend, std::string_view op) {
+  return absl::UnimplementedError(
+      std::string("the ") + std::string(backend) + " backend does not implement " +
+      std::string(op) + " (needed by Gated DeltaNet layers: qwen3_5, qwen3_next; docs/models.md "
+      "lists which backends run which families)");
+}
 
 class Backend {
  public:
@@ -178,6 +228,93 @@ class Backend {
   virtual absl::Status Scale(Tensor x, float s, Tensor out) = 0;
   // x = cap * tanh(x / cap), in place.
   virtual absl::Status Softcap(Tensor x, float cap) = 0;
+
+  // ---- Gated DeltaNet (qwen3_5, qwen3_next; docs/models.md) ----
+  // Default bodies refuse by name, so a backend without them (cuda, so far) fails with a
+  // sentence. Every sequence of the step needs a state slot (StepMeta::state_slots).
+  //
+  // Causal depthwise conv over each sequence's rows, then SiLU:
+  //   y[t, c] = silu(sum_{i<K} w[c, i] * u[p_t - K + 1 + i, c])
+  // where u is the sequence's conv input by position: rows of x for this step's positions, the
+  // slot's conv state for the K - 1 positions before the first row (zeros if it is at position
+  // 0). Then the slot (and each checkpoint) holds the last K - 1 inputs.
+  // x, y: [T, channels]; w: F32 [channels, K] (GGUF ssm_conv1d, ne = {K, channels}).
+  virtual absl::Status CausalConvSilu(Tensor /*x*/, const Weight& /*w*/, const GdnLayout& /*l*/,
+                                      GdnLayer /*state*/, Tensor /*y*/) {
+    return UnimplementedGdnOp(name(), "CausalConvSilu");
+  }
+  // g[t, h] = ssm_a[h] * softplus(a[t, h] + dt_bias[h]);  beta[t, h] = sigmoid(b[t, h]).
+  // ssm_a holds -exp(A_log) (llama.cpp's converter). a, b, g, beta: [T, n_v_head]; g may alias
+  // a, beta may alias b.
+  virtual absl::Status GdnGates(Tensor /*a*/, Tensor /*b*/, const Weight& /*dt_bias*/,
+                                const Weight& /*ssm_a*/, Tensor /*g*/, Tensor /*beta*/) {
+    return UnimplementedGdnOp(name(), "GdnGates");
+  }
+  // The gated delta rule, token by token per sequence, per value head h (key head kh =
+  // l.k_head_of(h)); q, k of each head L2-normalised (x / sqrt(sum x^2 + eps)), q scaled by
+  // head_k_dim^-1/2, as transformers' torch_recurrent_gated_delta_rule:
+  //   S = exp(g_t) S;  S += k (beta_t (v - S^T k))^T;  o_t = S^T q
+  // S [head_k_dim, head_v_dim] starts from the slot (zeros at position 0) and ends there (and in
+  // each checkpoint). qkv: [T, channels] (the conv's output: q | k | v); g, beta: [T, n_v_head];
+  // out: [T, n_v_head * head_v_dim].
+  virtual absl::Status GatedDeltaRule(Tensor /*qkv*/, Tensor /*g*/, Tensor /*beta*/,
+                                      const GdnLayout& /*l*/, GdnLayer /*state*/, float /*eps*/,
+                                      Tensor /*out*/) {
+    return UnimplementedGdnOp(name(), "GatedDeltaRule");
+  }
+  // y = x / sqrt(mean(x^2) + eps) * w * silu(z), per row.  x, z, y: [n, d]; w: F32 [d].
+  virtual absl::Status GatedRmsNorm(Tensor /*x*/, const Weight& /*w*/, Tensor /*z*/,
+                                    float /*eps*/, Tensor /*y*/) {
+    return UnimplementedGdnOp(name(), "GatedRmsNorm");
+  }
+  // Splits every group of 2 m columns: a[t, g m + i] = x[t, 2 g m + i], b[t, g m + i] =
+  // x[t, 2 g m + m + i]. x: [T, 2 n m]; a, b: [T, n m] (q | gate of a gated attention head;
+  // qwen3_next's beta | alpha of a key-head group).
+  virtual absl::Status SplitHalves(Tensor /*x*/, int64_t /*m*/, Tensor /*a*/, Tensor /*b*/) {
+    return UnimplementedGdnOp(name(), "SplitHalves");
+  }
+
+  // ---- mixture of experts (docs/models.md) ----
+  // The ops below have default bodies that refuse by name, so a backend that has not
+  // implemented them (cuda, so far) fails with a sentence instead of computing something else.
+  //
+  // The router's choice. For every row t of logits [T, n_expert]: ids[t, 0..k) are the k experts
+  // with the largest logits, in decreasing order of logit; equal logits: the lower expert id
+  // ranks first. p = softmax(logits[t]) over all n_expert; weights[t, j] = p[ids[t, j]], divided
+  // by sum_j p[ids[t, j]] (summed in rank order j = 0..k-1) when `normalize` (transformers'
+  // norm_topk_prob). weights: [T, k] f32, ids: [T, k] int32.
+  virtual absl::Status MoeRoute(Tensor /*logits*/, int64_t /*k*/, bool /*normalize*/,
+                                Tensor /*weights*/, IntTensor /*ids*/) {
+    return Unimplemented("MoeRoute");
+  }
+  // The expert-indexed matmul over a 3-D expert tensor (GGUF ffn_{gate,up,down}_exps, ggml
+  // ne = {cols, rows_per_expert, n_expert}), seen as `w` [n_expert * rows_per_expert, cols]:
+  //   y[t * k + j, r] = sum_c W_e[r, c] * x[i, c],  e = ids[t, j],  W_e = rows [e * rpe, (e+1) * rpe)
+  // where i = t when x has T rows (the same input for each of a token's experts) and i = t * k + j
+  // when x has T * k rows. Each y element is the reduction a plain MatMul of W_e would compute for
+  // that row (same order), whatever T and whichever other tokens chose expert e.
+  // ids: [T, k]; x: [T or T * k, cols]; y: [T * k, rpe].
+  virtual absl::Status MatMulExperts(const Weight& /*w*/, int64_t /*n_expert*/, Tensor /*x*/,
+                                     IntTensor /*ids*/, Tensor /*y*/) {
+    return Unimplemented("MatMulExperts");
+  }
+  // out[t, :] = sum_j weights[t, j] * y[t * k + j, :], summed in rank order j = 0..k-1.
+  // y: [T * k, d], weights: [T, k], out: [T, d].
+  virtual absl::Status MoeCombine(Tensor /*y*/, Tensor /*weights*/, Tensor /*out*/) {
+    return Unimplemented("MoeCombine");
+  }
+  // out = x * sigmoid(g): g is [rows, cols] (elementwise) or [rows, 1] (one gate per row, e.g.
+  // the shared expert's gate). out may alias x.
+  virtual absl::Status SigmoidMul(Tensor /*x*/, Tensor /*g*/, Tensor /*out*/) {
+    return Unimplemented("SigmoidMul");
+  }
+
+ protected:
+  absl::Status Unimplemented(std::string_view op) const {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", std::string(name()), " backend does not implement ", std::string(op), " (needed by this model's "
+                     "layers; docs/models.md lists which backends run which families)"));
+  }
 };
 
 // ---- the registry: construction by name (engine/backend/registry.cc) ----

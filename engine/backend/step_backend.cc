@@ -1,5 +1,6 @@
 #include "engine/backend/step_backend.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -65,6 +66,12 @@ absl::Status StepBackend::BeginStep(const StepMeta& m) {
       return StepError("output_rows", absl::StrFormat("[%d] = %d is outside [0, T = %d)", i,
                                                       m.output_rows[i], T));
     }
+  }
+  if (!m.state_slots.empty() && static_cast<int64_t>(m.state_slots.size()) != n_seq) {
+    return size_error("state_slots", m.state_slots.size(), n_seq, "one per sequence, or none");
+  }
+  if (!m.state_checkpoints.empty() && static_cast<int64_t>(m.state_checkpoints.size()) != T) {
+    return size_error("state_checkpoints", m.state_checkpoints.size(), T, "one per token, or none");
   }
   step_ = m;
   row_seq_.resize(T);
@@ -257,6 +264,116 @@ absl::Status StepBackend::CheckRope(std::string_view op, const Tensor& x, int64_
         n_heads, head_dim, n_rot));
   }
   return CheckTensor(op, "x", x, step_.n_tokens(), n_heads * head_dim);
+}
+
+absl::Status StepBackend::CheckGdnState(std::string_view op, const GdnLayout& l,
+                                        const GdnLayer& state) const {
+  if (absl::Status s = RequireStep(op); !s.ok()) return s;
+  if (l.n_slots < 1 || l.conv_kernel < 1 || l.n_k_head < 1 || l.n_v_head < 1 ||
+      l.head_k_dim < 1 || l.head_v_dim < 1 || l.n_v_head % l.n_k_head != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: GDN layout n_slots %d, conv_kernel %d, heads %d key / %d value of %d / %d dims "
+        "(value heads must be a positive multiple of key heads)", op, l.n_slots, l.conv_kernel,
+        l.n_k_head, l.n_v_head, l.head_k_dim, l.head_v_dim));
+  }
+  if (state.conv == nullptr || state.ssm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the layer's state has no memory", op));
+  }
+  const StepMeta& m = step_;
+  if (static_cast<int64_t>(m.state_slots.size()) != m.n_seq()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the step gives %d state slots for %d sequences (StepMeta::state_slots; a recurrent "
+        "layer needs one per sequence)", op, m.state_slots.size(), m.n_seq()));
+  }
+  for (size_t s = 0; s < m.state_slots.size(); ++s) {
+    if (m.state_slots[s] < 0 || m.state_slots[s] >= l.n_slots) {
+      return absl::OutOfRangeError(absl::StrFormat("%s: state_slots[%d] = %d is outside [0, %d)",
+                                                   op, s, m.state_slots[s], l.n_slots));
+    }
+  }
+  for (size_t t = 0; t < m.state_checkpoints.size(); ++t) {
+    if (m.state_checkpoints[t] < -1 || m.state_checkpoints[t] >= l.n_slots) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "%s: state_checkpoints[%d] = %d is outside [-1, %d)", op, t, m.state_checkpoints[t],
+          l.n_slots));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepBackend::CheckMoeRoute(std::string_view op, const Tensor& logits, int64_t k,
+                                        const Tensor& weights, const IntTensor& ids) {
+  if (absl::Status s = CheckTensor(op, "logits", logits, -1, logits.cols); !s.ok()) return s;
+  const int64_t T = logits.rows, E = logits.cols;
+  if (k < 1 || k > E) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: k = %d experts per token, want 1..%d (the logits' columns)", op, k, E));
+  }
+  if (absl::Status s = CheckTensor(op, "weights", weights, T, k); !s.ok()) return s;
+  if (ids.rows != T || ids.cols != k || (ids.size() > 0 && ids.data == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: ids is [%d, %d]%s, want [%d, %d]", op,
+                                                      ids.rows, ids.cols,
+                                                      ids.data ? "" : " without data", T, k));
+  }
+  for (int64_t i = 0; i < logits.size(); ++i) {
+    if (!std::isfinite(logits.data[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: logits[%d, %d] = %g is not finite", op, i / E, i % E, logits.data[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepBackend::CheckMatMulExperts(std::string_view op, const Weight& w,
+                                             int64_t n_expert, const Tensor& x,
+                                             const IntTensor& ids, const Tensor& y) {
+  if (absl::Status s = CheckWeight(op, w); !s.ok()) return s;
+  if (n_expert < 1 || w.rows % n_expert != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: weight '%s' has %d rows, not a whole number of rows for each of %d experts", op,
+        w.name, w.rows, n_expert));
+  }
+  const int64_t T = ids.rows, k = ids.cols;
+  if (T < 0 || k < 1 || (ids.size() > 0 && ids.data == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: ids is [%d, %d]%s, want [T, k >= 1]", op, T, k,
+                        ids.data ? "" : " without data"));
+  }
+  if (x.rows != T && x.rows != T * k) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: x has %d rows, want T = %d or T * k = %d", op, x.rows, T, T * k));
+  }
+  if (absl::Status s = CheckTensor(op, "x", x, x.rows, w.cols); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(op, "y", y, T * k, w.rows / n_expert); !s.ok()) return s;
+  for (int64_t i = 0; i < T * k; ++i) {
+    if (ids.data[i] < 0 || ids.data[i] >= n_expert) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: ids[%d, %d] = %d is outside [0, %d)", op, i / k, i % k, ids.data[i], n_expert));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepBackend::CheckMoeCombine(std::string_view op, const Tensor& y,
+                                          const Tensor& weights, const Tensor& out) {
+  if (absl::Status s = CheckTensor(op, "weights", weights, -1, weights.cols); !s.ok()) return s;
+  const int64_t T = weights.rows, k = weights.cols;
+  if (absl::Status s = CheckTensor(op, "out", out, T, out.cols); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(op, "y", y, T * k, out.cols); !s.ok()) return s;
+  if (T * k > 0 && y.data == out.data) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: out must not alias y", op));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepBackend::CheckSigmoidMul(std::string_view op, const Tensor& x, const Tensor& g,
+                                          const Tensor& out) {
+  if (absl::Status s = CheckSameShape(op, "x", x, "out", out); !s.ok()) return s;
+  if (g.cols != x.cols && g.cols != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: g has %d columns, want %d (x's) or 1", op, g.cols, x.cols));
+  }
+  return CheckTensor(op, "g", g, x.rows, g.cols);
 }
 
 }  // namespace lockstep::backend

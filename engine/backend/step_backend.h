@@ -59,6 +59,25 @@ class StepBackend : public Backend {
   absl::Status CheckRope(std::string_view op, const Tensor& x, int64_t n_heads, int64_t head_dim,
                          int64_t n_rot) const;
 
+  // A Gated DeltaNet op's layout and state against the step: a positive layout, memory, a state
+  // slot per sequence inside the pool and checkpoint slots inside it (-1 = none).
+  absl::Status CheckGdnState(std::string_view op, const GdnLayout& l, const GdnLayer& state) const;
+
+  // ---- mixture of experts (backend.h); `op` names the caller ----
+  // logits [T, E] finite, 1 <= k <= E, weights [T, k], ids [T, k].
+  static absl::Status CheckMoeRoute(std::string_view op, const Tensor& logits, int64_t k,
+                                    const Tensor& weights, const IntTensor& ids);
+  // w's rows a whole number per expert, ids [T, k] inside [0, n_expert), x [T or T * k, w.cols],
+  // y [T * k, w.rows / n_expert].
+  static absl::Status CheckMatMulExperts(std::string_view op, const Weight& w, int64_t n_expert,
+                                         const Tensor& x, const IntTensor& ids, const Tensor& y);
+  // weights [T, k], y [T * k, d], out [T, d].
+  static absl::Status CheckMoeCombine(std::string_view op, const Tensor& y, const Tensor& weights,
+                                      const Tensor& out);
+  // out the shape of x; g [x.rows, x.cols] or [x.rows, 1].
+  static absl::Status CheckSigmoidMul(std::string_view op, const Tensor& x, const Tensor& g,
+                                      const Tensor& out);
+
   // The slot that holds key j of sequence s (through the step's block table).
   int64_t KeySlot(int64_t s, int64_t j, int64_t block_size) const {
     const int64_t block = step_.block_table[s * step_.max_blocks + j / block_size];

@@ -15,15 +15,19 @@ struct Family {
   absl::Status (*read_config)(const gguf::File& f, Config* c);
 };
 
-// Family entry points, defined in llama.cc, gemma3.cc, qwen3.cc.
+// Family entry points, one file each (llama.cc, gemma3.cc, qwen3.cc, qwen3_moe.cc). A family
+// fills Config: hyperparameters, and each layer's mixer and FFN kind (model.h), whose tensors
+// and forward come from the shared block builders (blocks.h).
 absl::Status ReadLlamaConfig(const gguf::File& f, Config* c);
 absl::Status ReadGemma3Config(const gguf::File& f, Config* c);
 absl::Status ReadQwen3Config(const gguf::File& f, Config* c);
+absl::Status ReadQwen3MoeConfig(const gguf::File& f, Config* c);
 
 inline constexpr Family kFamilies[] = {
     {"llama", &ReadLlamaConfig},
     {"gemma3", &ReadGemma3Config},
     {"qwen3", &ReadQwen3Config},
+    {"qwen3moe", &ReadQwen3MoeConfig},
 };
 
 // Shared hyperparameter readers; errors name the key.

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/status.h"
+#include "engine/models/blocks.h"
 #include "engine/models/families.h"
 
 namespace lockstep::models {
@@ -12,10 +13,27 @@ std::string ShapeString(const std::vector<int64_t>& s) {
   return absl::StrCat("[", absl::StrJoin(s, ", "), "]");
 }
 
+}  // namespace
+
+std::vector<backend::Weight*> LayerWeights::All() {
+  return {&attn_norm,      &wq,          &wk,           &wv,
+          &wo,             &q_norm,      &k_norm,       &post_attn_norm,
+          &ffn_norm,       &ffn_gate,    &ffn_up,       &ffn_down,
+          &post_ffw_norm,  &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps,
+          &ffn_down_exps,  &ffn_gate_shexp, &ffn_up_shexp, &ffn_down_shexp,
+          &ffn_gate_inp_shexp};
+}
+
+std::vector<const backend::Weight*> LayerWeights::All() const {
+  std::vector<backend::Weight*> all = const_cast<LayerWeights*>(this)->All();
+  return {all.begin(), all.end()};
+}
+
 // Binds tensor `name`, checking its shape (ggml order) and that lockstep can compute with it.
-// Norm weights must be F32 (they are read as plain float vectors).
-absl::StatusOr<backend::Weight> Bind(const gguf::File& f, const std::string& name,
-                                     std::vector<int64_t> shape, bool f32_only = false) {
+// Norm weights must be F32 (they are read as plain float vectors). A 3-D tensor (MoE experts,
+// ne = {cols, rows, n_expert}) is seen as [rows * n_expert, cols].
+absl::StatusOr<backend::Weight> BindTensor(const gguf::File& f, const std::string& name,
+                                           std::vector<int64_t> shape, bool f32_only) {
   const gguf::TensorInfo* t = f.FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("missing tensor ", name));
   if (t->shape != shape) {
@@ -32,14 +50,21 @@ absl::StatusOr<backend::Weight> Bind(const gguf::File& f, const std::string& nam
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", name, " has type ", tr.name, "; norm weights must be F32"));
   }
+  if (shape.size() > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has ", shape.size(),
+                                                   " dimensions; lockstep binds at most 3"));
+  }
   backend::Weight w;
   w.type = t->type;
   w.cols = shape[0];
-  w.rows = shape.size() > 1 ? shape[1] : 1;
+  w.rows = 1;
+  for (size_t i = 1; i < shape.size(); ++i) w.rows *= shape[i];
   w.data = f.TensorData(*t);
   w.name = t->name;
   return w;
 }
+
+namespace {
 
 absl::Status BindWeights(const gguf::File& f, Config* c, Weights* w) {
   const gguf::TensorInfo* emb = f.FindTensor("token_embd.weight");
@@ -50,13 +75,13 @@ absl::Status BindWeights(const gguf::File& f, Config* c, Weights* w) {
                                                    c->n_embd, ", n_vocab]"));
   }
   c->n_vocab = emb->shape[1];
-  const int64_t d = c->n_embd, q_dim = c->n_head * c->head_dim, kv_dim = c->n_kv_head * c->head_dim;
-  ASSIGN_OR_RETURN(w->tok_embd, Bind(f, "token_embd.weight", {d, c->n_vocab}));
-  ASSIGN_OR_RETURN(w->output_norm, Bind(f, "output_norm.weight", {d}, true));
+  const int64_t d = c->n_embd;
+  ASSIGN_OR_RETURN(w->tok_embd, BindTensor(f, "token_embd.weight", {d, c->n_vocab}));
+  ASSIGN_OR_RETURN(w->output_norm, BindTensor(f, "output_norm.weight", {d}, true));
   if (const gguf::TensorInfo* out = f.FindTensor("output.weight"); out != nullptr) {
     const gguf::Value* ids = f.Find("lockstep.trim.ids");
     if (ids == nullptr) {
-      ASSIGN_OR_RETURN(w->output, Bind(f, "output.weight", {d, c->n_vocab}));
+      ASSIGN_OR_RETURN(w->output, BindTensor(f, "output.weight", {d, c->n_vocab}));
     } else {
       // A trimmed head: one row per kept token, ids distinct and inside the vocabulary.
       if (ids->type != gguf::ValueType::ARRAY || ids->arr.empty() ||
@@ -75,32 +100,14 @@ absl::Status BindWeights(const gguf::File& f, Config* c, Weights* w) {
         seen[id] = 1;
         w->output_ids.push_back(static_cast<int32_t>(id));
       }
-      ASSIGN_OR_RETURN(w->output, Bind(f, "output.weight", {d, static_cast<int64_t>(ids->arr.size())}));
+      ASSIGN_OR_RETURN(w->output, BindTensor(f, "output.weight", {d, static_cast<int64_t>(ids->arr.size())}));
     }
   } else {
     w->output = w->tok_embd;  // tied embeddings
   }
   w->layers.resize(c->n_layer);
   for (int64_t il = 0; il < c->n_layer; ++il) {
-    LayerWeights& l = w->layers[il];
-    auto n = [il](const char* s) { return absl::StrCat("blk.", il, ".", s, ".weight"); };
-    ASSIGN_OR_RETURN(l.attn_norm, Bind(f, n("attn_norm"), {d}, true));
-    ASSIGN_OR_RETURN(l.wq, Bind(f, n("attn_q"), {d, q_dim}));
-    ASSIGN_OR_RETURN(l.wk, Bind(f, n("attn_k"), {d, kv_dim}));
-    ASSIGN_OR_RETURN(l.wv, Bind(f, n("attn_v"), {d, kv_dim}));
-    ASSIGN_OR_RETURN(l.wo, Bind(f, n("attn_output"), {q_dim, d}));
-    ASSIGN_OR_RETURN(l.ffn_norm, Bind(f, n("ffn_norm"), {d}, true));
-    ASSIGN_OR_RETURN(l.ffn_gate, Bind(f, n("ffn_gate"), {d, c->n_ff}));
-    ASSIGN_OR_RETURN(l.ffn_up, Bind(f, n("ffn_up"), {d, c->n_ff}));
-    ASSIGN_OR_RETURN(l.ffn_down, Bind(f, n("ffn_down"), {c->n_ff, d}));
-    if (c->qk_norm) {
-      ASSIGN_OR_RETURN(l.q_norm, Bind(f, n("attn_q_norm"), {c->head_dim}, true));
-      ASSIGN_OR_RETURN(l.k_norm, Bind(f, n("attn_k_norm"), {c->head_dim}, true));
-    }
-    if (c->post_norms) {
-      ASSIGN_OR_RETURN(l.post_attn_norm, Bind(f, n("post_attention_norm"), {d}, true));
-      ASSIGN_OR_RETURN(l.post_ffw_norm, Bind(f, n("post_ffw_norm"), {d}, true));
-    }
+    RETURN_IF_ERROR(BindLayer(f, *c, il, &w->layers[il]));
   }
   return absl::OkStatus();
 }

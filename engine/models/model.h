@@ -1,6 +1,8 @@
 // A decoder-only transformer: hyperparameters (data, not code) and weights bound to GGUF tensors.
-// models::Runner (runner.h) runs its forward on a Backend over a paged KV pool. Architecture families
-// (llama.cc, gemma3.cc, qwen3.cc) differ only in how they fill Config and bind Weights.
+// models::Runner (runner.h) runs its forward on a Backend over a paged KV pool. Every layer is a
+// token mixer (attention, ...) and an FFN (dense or mixture of experts), each built by a shared
+// block builder (blocks.h); an architecture family (llama.cc, qwen3.cc, gemma3.cc, qwen3_moe.cc)
+// only fills Config, including each layer's mixer and FFN kind (docs/models.md).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +16,36 @@
 
 namespace lockstep::models {
 
+// The token mixer of a layer (blocks.h builds each).
+enum class MixerKind {
+  kAttention,       // softmax attention over the paged KV cache
+  kGatedAttention,  // attention whose output is gated by sigmoid(a second half of q) (qwen3_next)
+  kGatedDeltaNet,   // Gated DeltaNet linear attention (qwen3_next, qwen3_5)
+};
+// The feed-forward part of a layer.
+enum class FfnKind {
+  kDense,  // act(x W_gate) * (x W_up) W_down
+  kMoe,    // routed experts (MoeConfig), plus a shared expert when n_ff_shexp > 0
+};
+const char* MixerKindName(MixerKind k);
+const char* FfnKindName(FfnKind k);
+
 struct LayerConfig {
   bool sliding = false;      // sliding-window attention layer
   int64_t window = 0;        // keys visible: pos - j < window (sliding layers only)
   float rope_base = 10000.0f;
+  MixerKind mixer = MixerKind::kAttention;
+  FfnKind ffn = FfnKind::kDense;
+};
+
+// The mixture-of-experts hyperparameters (GGUF `<arch>.expert_*`, as llama.cpp names them).
+struct MoeConfig {
+  int64_t n_expert = 0;       // expert_count
+  int64_t n_expert_used = 0;  // expert_used_count: k of the router's top-k
+  int64_t n_ff_exp = 0;       // expert_feed_forward_length: rows of one expert's gate/up
+  int64_t n_ff_shexp = 0;     // expert_shared_feed_forward_length; 0 = no shared expert
+  bool norm_topk = true;      // renormalize the top-k weights to sum to 1 (norm_topk_prob)
+  bool shared_gate = false;   // the shared expert's output is scaled by sigmoid(x . ffn_gate_inp_shexp)
 };
 
 struct Config {
@@ -33,12 +61,23 @@ struct Config {
   float attn_scale = 1.0f;   // q·k multiplied by this
   float attn_softcap = 0.0f; // 0 = none
   float final_softcap = 0.0f;
+  MoeConfig moe;
   std::vector<LayerConfig> layers;
+  bool HasMoe() const;
 };
 
+// A layer's tensors; those its mixer and FFN kinds do not use stay unbound (data == nullptr).
 struct LayerWeights {
   backend::Weight attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
   backend::Weight ffn_norm, ffn_gate, ffn_up, ffn_down, post_ffw_norm;
+  // MoE: the router [n_expert, d] and the 3-D expert tensors seen as [n_expert * rows, cols]
+  // (ffn_gate_exps/ffn_up_exps: [n_expert * n_ff_exp, d]; ffn_down_exps: [n_expert * d, n_ff_exp]).
+  backend::Weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+  // The shared expert ([n_ff_shexp, d] x2, [d, n_ff_shexp]) and its gate [1, d].
+  backend::Weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, ffn_gate_inp_shexp;
+  // Every weight field, in one fixed order (binding, byte counts).
+  std::vector<backend::Weight*> All();
+  std::vector<const backend::Weight*> All() const;
 };
 
 struct Weights {

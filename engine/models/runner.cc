@@ -1,5 +1,6 @@
-// The decoder forward, shared by every family: a fixed sequence of Backend calls over the
-// stacked tokens of the step. Nothing here touches activation memory: every read and write goes
+// The decoder forward, shared by every family: the embedding, each layer's DecoderLayer (the block
+// builders of blocks.h, per the layer's mixer and FFN kind) and the head, over the stacked tokens
+// of the step. Nothing here touches activation memory: every read and write goes
 // through the backend (docs/runtime.md).
 #include "engine/models/runner.h"
 
@@ -65,6 +66,14 @@ absl::StatusOr<Tensor> Runner::NewTensor(int64_t rows, int64_t cols, const char*
   return Tensor{static_cast<float*>(p), rows, cols};
 }
 
+absl::StatusOr<backend::IntTensor> Runner::NewIntTensor(int64_t rows, int64_t cols,
+                                                        const char* what) {
+  ASSIGN_OR_RETURN(void* p,
+                   be_.Allocate(rows * cols * static_cast<int64_t>(sizeof(int32_t)), what));
+  owned_.push_back(p);
+  return backend::IntTensor{static_cast<int32_t*>(p), rows, cols};
+}
+
 absl::Status Runner::Init() {
   const Config& c = model_.config();
   const Weights& w = model_.weights();
@@ -107,13 +116,10 @@ absl::Status Runner::Init() {
   for (int64_t il = first_; il < last_; ++il) {
     const LayerWeights& h = w.layers[il];
     LayerWeights& b = bound_.layers[il];
-    for (auto [src, dst] : {std::pair{&h.attn_norm, &b.attn_norm}, {&h.wq, &b.wq}, {&h.wk, &b.wk},
-                            {&h.wv, &b.wv}, {&h.wo, &b.wo}, {&h.q_norm, &b.q_norm},
-                            {&h.k_norm, &b.k_norm}, {&h.post_attn_norm, &b.post_attn_norm},
-                            {&h.ffn_norm, &b.ffn_norm}, {&h.ffn_gate, &b.ffn_gate},
-                            {&h.ffn_up, &b.ffn_up}, {&h.ffn_down, &b.ffn_down},
-                            {&h.post_ffw_norm, &b.post_ffw_norm}}) {
-      RETURN_IF_ERROR(bind(*src, dst));
+    const std::vector<const backend::Weight*> src = h.All();
+    const std::vector<backend::Weight*> dst = b.All();
+    for (size_t i = 0; i < src.size(); ++i) {
+      RETURN_IF_ERROR(bind(*src[i], dst[i]));
     }
   }
 
@@ -132,16 +138,35 @@ absl::Status Runner::Init() {
 
   const int64_t T = options_.max_step_tokens, d = c.n_embd;
   const int64_t q_dim = c.n_head * c.head_dim;
+  Scratch& s = ws_.blocks;
   ASSIGN_OR_RETURN(ws_.x, NewTensor(T, d, "workspace"));
-  ASSIGN_OR_RETURN(ws_.h, NewTensor(T, d, "workspace"));
-  ASSIGN_OR_RETURN(ws_.q, NewTensor(T, q_dim, "workspace"));
-  ASSIGN_OR_RETURN(ws_.k, NewTensor(T, layout_.kv_dim, "workspace"));
-  ASSIGN_OR_RETURN(ws_.v, NewTensor(T, layout_.kv_dim, "workspace"));
-  ASSIGN_OR_RETURN(ws_.attn, NewTensor(T, q_dim, "workspace"));
-  ASSIGN_OR_RETURN(ws_.o, NewTensor(T, d, "workspace"));
-  ASSIGN_OR_RETURN(ws_.gate, NewTensor(T, c.n_ff, "workspace"));
-  ASSIGN_OR_RETURN(ws_.up, NewTensor(T, c.n_ff, "workspace"));
-  ASSIGN_OR_RETURN(ws_.act, NewTensor(T, c.n_ff, "workspace"));
+  ASSIGN_OR_RETURN(s.h, NewTensor(T, d, "workspace"));
+  ASSIGN_OR_RETURN(s.q, NewTensor(T, q_dim, "workspace"));
+  ASSIGN_OR_RETURN(s.k, NewTensor(T, layout_.kv_dim, "workspace"));
+  ASSIGN_OR_RETURN(s.v, NewTensor(T, layout_.kv_dim, "workspace"));
+  ASSIGN_OR_RETURN(s.attn, NewTensor(T, q_dim, "workspace"));
+  ASSIGN_OR_RETURN(s.o, NewTensor(T, d, "workspace"));
+  ASSIGN_OR_RETURN(s.gate, NewTensor(T, c.n_ff, "workspace"));
+  ASSIGN_OR_RETURN(s.up, NewTensor(T, c.n_ff, "workspace"));
+  ASSIGN_OR_RETURN(s.act, NewTensor(T, c.n_ff, "workspace"));
+  if (c.HasMoe()) {
+    const MoeConfig& m = c.moe;
+    const int64_t Tk = T * m.n_expert_used;
+    ASSIGN_OR_RETURN(s.router, NewTensor(T, m.n_expert, "workspace (MoE)"));
+    ASSIGN_OR_RETURN(s.route_w, NewTensor(T, m.n_expert_used, "workspace (MoE)"));
+    ASSIGN_OR_RETURN(s.route_ids, NewIntTensor(T, m.n_expert_used, "workspace (MoE)"));
+    ASSIGN_OR_RETURN(s.e_gate, NewTensor(Tk, m.n_ff_exp, "workspace (MoE)"));
+    ASSIGN_OR_RETURN(s.e_up, NewTensor(Tk, m.n_ff_exp, "workspace (MoE)"));
+    ASSIGN_OR_RETURN(s.e_act, NewTensor(Tk, m.n_ff_exp, "workspace (MoE)"));
+    ASSIGN_OR_RETURN(s.e_out, NewTensor(Tk, d, "workspace (MoE)"));
+    if (m.n_ff_shexp > 0) {
+      ASSIGN_OR_RETURN(s.sh_gate, NewTensor(T, m.n_ff_shexp, "workspace (MoE)"));
+      ASSIGN_OR_RETURN(s.sh_up, NewTensor(T, m.n_ff_shexp, "workspace (MoE)"));
+      ASSIGN_OR_RETURN(s.sh_act, NewTensor(T, m.n_ff_shexp, "workspace (MoE)"));
+      ASSIGN_OR_RETURN(s.sh_out, NewTensor(T, d, "workspace (MoE)"));
+      ASSIGN_OR_RETURN(s.sh_g, NewTensor(T, 1, "workspace (MoE)"));
+    }
+  }
   if (head) {
     ASSIGN_OR_RETURN(ws_.sel, NewTensor(options_.max_logit_rows, d, "workspace"));
     ASSIGN_OR_RETURN(ws_.logits, NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
@@ -288,58 +313,15 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
 }
 
 absl::Status Runner::Layers(int64_t T, int64_t first, int64_t last, const DumpFn* dump) {
-  const Config& c = model_.config();
-  const Weights& w = bound_;
-  const int64_t hd = c.head_dim;
-  auto emit = [&](int64_t layer, const char* name, Tensor t) { return Emit(dump, layer, name, t); };
-  const Tensor x = ws_.x.Rows(0, T), h = ws_.h.Rows(0, T), q = ws_.q.Rows(0, T);
-  const Tensor k = ws_.k.Rows(0, T), v = ws_.v.Rows(0, T), attn = ws_.attn.Rows(0, T);
-  const Tensor o = ws_.o.Rows(0, T), gate = ws_.gate.Rows(0, T), up = ws_.up.Rows(0, T);
-  const Tensor act = ws_.act.Rows(0, T);
-
+  const EmitFn emit = [&](int64_t layer, const char* name, Tensor t) {
+    return Emit(dump, layer, name, t);
+  };
+  const Scratch s = ws_.blocks.Rows(T);
+  const BlockCtx b{be_, model_.config(), layout_, s, emit};
+  const Tensor x = ws_.x.Rows(0, T);
   for (int64_t il = first; il < last; ++il) {
-    const LayerWeights& l = w.layers[il];
-    const LayerConfig& lc = c.layers[il];
-
-    RETURN_IF_ERROR(be_.RmsNorm(x, &l.attn_norm, c.norm_eps, h));
-    RETURN_IF_ERROR(emit(il, "attn_norm", h));
-    RETURN_IF_ERROR(be_.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
-    RETURN_IF_ERROR(be_.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
-    RETURN_IF_ERROR(be_.MatMul(l.wv, h, v));
-    if (c.qk_norm) {
-      RETURN_IF_ERROR(be_.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
-      RETURN_IF_ERROR(be_.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
-    }
-    RETURN_IF_ERROR(be_.Rope(q, c.n_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
-    RETURN_IF_ERROR(be_.Rope(k, c.n_kv_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
-    RETURN_IF_ERROR(emit(il, "q", q));
-    RETURN_IF_ERROR(emit(il, "k", k));
-    RETURN_IF_ERROR(emit(il, "v", v));
-
-    backend::AttentionParams ap;
-    ap.scale = c.attn_scale;
-    ap.window = lc.sliding ? lc.window : 0;
-    ap.softcap = c.attn_softcap;
-    RETURN_IF_ERROR(be_.KvWrite(layout_, k, v, kv_[il]));
-    RETURN_IF_ERROR(be_.PagedAttention(q, layout_, kv_[il], c.n_head, c.n_kv_head, hd, ap, attn));
-    RETURN_IF_ERROR(emit(il, "kqv", attn));
-    RETURN_IF_ERROR(be_.MatMul(l.wo, attn, o));
-    if (c.post_norms) RETURN_IF_ERROR(be_.RmsNorm(o, &l.post_attn_norm, c.norm_eps, o));
-    RETURN_IF_ERROR(emit(il, "attn_out", o));
-    RETURN_IF_ERROR(be_.Add(x, o, x));
-
-    RETURN_IF_ERROR(be_.RmsNorm(x, &l.ffn_norm, c.norm_eps, h));
-    RETURN_IF_ERROR(emit(il, "ffn_norm", h));
-    RETURN_IF_ERROR(be_.MatMul(l.ffn_gate, h, gate));
-    RETURN_IF_ERROR(be_.MatMul(l.ffn_up, h, up));
-    RETURN_IF_ERROR(be_.Glu(gate, up, c.act, act));
-    RETURN_IF_ERROR(be_.MatMul(l.ffn_down, act, o));
-    if (c.post_norms) RETURN_IF_ERROR(be_.RmsNorm(o, &l.post_ffw_norm, c.norm_eps, o));
-    RETURN_IF_ERROR(emit(il, "ffn_out", o));
-    RETURN_IF_ERROR(be_.Add(x, o, x));
-    RETURN_IF_ERROR(emit(il, "l_out", x));
+    RETURN_IF_ERROR(DecoderLayer(b, il, bound_.layers[il], kv_[il], x));
   }
-
   return absl::OkStatus();
 }
 

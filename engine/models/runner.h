@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/models/blocks.h"
 #include "engine/models/kv_pool.h"
 #include "engine/models/model.h"
 #include "engine/models/stage_link.h"
@@ -119,6 +120,7 @@ class Runner {
   absl::Status Handshake();
   void PlaceLogits(const std::vector<float>& raw, int64_t R, std::vector<float>* logits) const;
   absl::StatusOr<backend::Tensor> NewTensor(int64_t rows, int64_t cols, const char* what);
+  absl::StatusOr<backend::IntTensor> NewIntTensor(int64_t rows, int64_t cols, const char* what);
 
   const Model& model_;
   backend::Backend& be_;
@@ -128,7 +130,8 @@ class Runner {
   std::vector<backend::KvLayer> kv_;     // [n_layer]
   std::vector<void*> owned_;             // every allocation, freed in the destructor
   struct Workspace {
-    backend::Tensor x, h, q, k, v, attn, o, gate, up, act, sel, logits;
+    backend::Tensor x, sel, logits;  // the residual [T, d]; the head's rows
+    Scratch blocks;                  // what the block builders use (blocks.h)
   } ws_;
   std::vector<float> host_logits_, dump_buf_;
   int64_t first_ = 0, last_ = 0;         // this stage's layers

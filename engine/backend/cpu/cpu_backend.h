@@ -49,6 +49,27 @@ class CpuBackend final : public HostBackend {
   absl::Status Add(Tensor a, Tensor b, Tensor out) override;
   absl::Status Scale(Tensor x, float s, Tensor out) override;
   absl::Status Softcap(Tensor x, float cap) override;
+  // Gated DeltaNet (cpu_gdn.cc).
+  absl::Status CausalConvSilu(Tensor x, const Weight& w,
+                              const GdnLayout& l, GdnLayer state,
+                              Tensor y) override;
+  absl::Status GdnGates(Tensor a, Tensor b, const Weight& dt_bias,
+                        const Weight& ssm_a, Tensor g,
+                        Tensor beta) override;
+  absl::Status GatedDeltaRule(Tensor qkv, Tensor g, Tensor beta,
+                              const GdnLayout& l, GdnLayer state, float eps,
+                              Tensor out) override;
+  absl::Status GatedRmsNorm(Tensor x, const Weight& w, Tensor z,
+                            float eps, Tensor y) override;
+  absl::Status SplitHalves(Tensor x, int64_t m, Tensor a,
+                           Tensor b) override;
+  // Mixture of experts (cpu_moe.cc).
+  absl::Status MoeRoute(Tensor logits, int64_t k, bool normalize, Tensor weights,
+                        IntTensor ids) override;
+  absl::Status MatMulExperts(const Weight& w, int64_t n_expert, Tensor x, IntTensor ids,
+                             Tensor y) override;
+  absl::Status MoeCombine(Tensor y, Tensor weights, Tensor out) override;
+  absl::Status SigmoidMul(Tensor x, Tensor g, Tensor out) override;
 
  private:
   core::ThreadPool pool_;

@@ -1,0 +1,214 @@
+// The block builders (blocks.h). Each is the Backend calls of one block kind in a fixed order; the
+// llama / qwen3 / gemma3 forward is AttentionMixer + DenseFfn, op for op what the single
+// hard-coded block computed before, so their results are bitwise unchanged.
+#include "engine/models/blocks.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status.h"
+
+namespace lockstep::models {
+
+using backend::Tensor;
+
+const char* MixerKindName(MixerKind k) {
+  switch (k) {
+    case MixerKind::kAttention: return "attention";
+    case MixerKind::kGatedAttention: return "gated attention";
+    case MixerKind::kGatedDeltaNet: return "gated deltanet";
+  }
+  return "?";
+}
+
+const char* FfnKindName(FfnKind k) {
+  switch (k) {
+    case FfnKind::kDense: return "dense FFN";
+    case FfnKind::kMoe: return "MoE FFN";
+  }
+  return "?";
+}
+
+bool Config::HasMoe() const {
+  for (const LayerConfig& l : layers) {
+    if (l.ffn == FfnKind::kMoe) return true;
+  }
+  return false;
+}
+
+Scratch Scratch::Rows(int64_t T) const {
+  Scratch r;
+  for (auto [src, dst] : {std::pair{&h, &r.h}, {&q, &r.q}, {&attn, &r.attn}, {&k, &r.k},
+                          {&v, &r.v}, {&o, &r.o}, {&gate, &r.gate}, {&up, &r.up},
+                          {&act, &r.act}, {&router, &r.router}, {&route_w, &r.route_w},
+                          {&sh_gate, &r.sh_gate}, {&sh_up, &r.sh_up}, {&sh_act, &r.sh_act},
+                          {&sh_out, &r.sh_out}, {&sh_g, &r.sh_g}}) {
+    *dst = src->data ? src->Rows(0, T) : *src;
+  }
+  // Per (token, rank) rows: T * k of them.
+  const int64_t k = route_ids.cols;
+  for (auto [src, dst] : {std::pair{&e_gate, &r.e_gate}, {&e_up, &r.e_up}, {&e_act, &r.e_act},
+                          {&e_out, &r.e_out}}) {
+    *dst = src->data ? src->Rows(0, T * k) : *src;
+  }
+  r.route_ids = route_ids.data ? route_ids.Rows(0, T) : route_ids;
+  return r;
+}
+
+absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWeights* l) {
+  const int64_t d = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_kv_head * c.head_dim;
+  const LayerConfig& lc = c.layers[il];
+  auto n = [il](const char* s) { return absl::StrCat("blk.", il, ".", s, ".weight"); };
+  ASSIGN_OR_RETURN(l->attn_norm, BindTensor(f, n("attn_norm"), {d}, true));
+  switch (lc.mixer) {
+    case MixerKind::kAttention: {
+      ASSIGN_OR_RETURN(l->wq, BindTensor(f, n("attn_q"), {d, q_dim}));
+      ASSIGN_OR_RETURN(l->wk, BindTensor(f, n("attn_k"), {d, kv_dim}));
+      ASSIGN_OR_RETURN(l->wv, BindTensor(f, n("attn_v"), {d, kv_dim}));
+      ASSIGN_OR_RETURN(l->wo, BindTensor(f, n("attn_output"), {q_dim, d}));
+      if (c.qk_norm) {
+        ASSIGN_OR_RETURN(l->q_norm, BindTensor(f, n("attn_q_norm"), {c.head_dim}, true));
+        ASSIGN_OR_RETURN(l->k_norm, BindTensor(f, n("attn_k_norm"), {c.head_dim}, true));
+      }
+      break;
+    }
+    default:
+      return absl::UnimplementedError(absl::StrCat("layer ", il, " of ", c.arch, ": the ",
+                                                   MixerKindName(lc.mixer),
+                                                   " mixer has no block builder yet"));
+  }
+  ASSIGN_OR_RETURN(l->ffn_norm, BindTensor(f, n("ffn_norm"), {d}, true));
+  switch (lc.ffn) {
+    case FfnKind::kDense: {
+      ASSIGN_OR_RETURN(l->ffn_gate, BindTensor(f, n("ffn_gate"), {d, c.n_ff}));
+      ASSIGN_OR_RETURN(l->ffn_up, BindTensor(f, n("ffn_up"), {d, c.n_ff}));
+      ASSIGN_OR_RETURN(l->ffn_down, BindTensor(f, n("ffn_down"), {c.n_ff, d}));
+      break;
+    }
+    case FfnKind::kMoe: {
+      const MoeConfig& m = c.moe;
+      ASSIGN_OR_RETURN(l->ffn_gate_inp, BindTensor(f, n("ffn_gate_inp"), {d, m.n_expert}));
+      ASSIGN_OR_RETURN(l->ffn_gate_exps,
+                       BindTensor(f, n("ffn_gate_exps"), {d, m.n_ff_exp, m.n_expert}));
+      ASSIGN_OR_RETURN(l->ffn_up_exps, BindTensor(f, n("ffn_up_exps"), {d, m.n_ff_exp, m.n_expert}));
+      ASSIGN_OR_RETURN(l->ffn_down_exps,
+                       BindTensor(f, n("ffn_down_exps"), {m.n_ff_exp, d, m.n_expert}));
+      if (m.n_ff_shexp > 0) {
+        ASSIGN_OR_RETURN(l->ffn_gate_shexp, BindTensor(f, n("ffn_gate_shexp"), {d, m.n_ff_shexp}));
+        ASSIGN_OR_RETURN(l->ffn_up_shexp, BindTensor(f, n("ffn_up_shexp"), {d, m.n_ff_shexp}));
+        ASSIGN_OR_RETURN(l->ffn_down_shexp, BindTensor(f, n("ffn_down_shexp"), {m.n_ff_shexp, d}));
+        if (m.shared_gate) {
+          ASSIGN_OR_RETURN(l->ffn_gate_inp_shexp, BindTensor(f, n("ffn_gate_inp_shexp"), {d}));
+        }
+      }
+      break;
+    }
+  }
+  if (c.post_norms) {
+    ASSIGN_OR_RETURN(l->post_attn_norm, BindTensor(f, n("post_attention_norm"), {d}, true));
+    ASSIGN_OR_RETURN(l->post_ffw_norm, BindTensor(f, n("post_ffw_norm"), {d}, true));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
+                            backend::KvLayer kv, Tensor h, Tensor out) {
+  const Config& c = b.c;
+  const LayerConfig& lc = c.layers[il];
+  const int64_t hd = c.head_dim;
+  const Tensor q = b.s.q, k = b.s.k, v = b.s.v, attn = b.s.attn;
+  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
+  RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
+  RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
+  if (c.qk_norm) {
+    RETURN_IF_ERROR(b.be.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
+    RETURN_IF_ERROR(b.be.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
+  }
+  RETURN_IF_ERROR(b.be.Rope(q, c.n_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
+  RETURN_IF_ERROR(b.be.Rope(k, c.n_kv_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
+  RETURN_IF_ERROR(b.emit(il, "q", q));
+  RETURN_IF_ERROR(b.emit(il, "k", k));
+  RETURN_IF_ERROR(b.emit(il, "v", v));
+
+  backend::AttentionParams ap;
+  ap.scale = c.attn_scale;
+  ap.window = lc.sliding ? lc.window : 0;
+  ap.softcap = c.attn_softcap;
+  RETURN_IF_ERROR(b.be.KvWrite(b.layout, k, v, kv));
+  RETURN_IF_ERROR(b.be.PagedAttention(q, b.layout, kv, c.n_head, c.n_kv_head, hd, ap, attn));
+  RETURN_IF_ERROR(b.emit(il, "kqv", attn));
+  return b.be.MatMul(l.wo, attn, out);
+}
+
+absl::Status DenseFfn(const BlockCtx& b, int64_t /*il*/, const LayerWeights& l, Tensor h,
+                      Tensor out) {
+  RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate, h, b.s.gate));
+  RETURN_IF_ERROR(b.be.MatMul(l.ffn_up, h, b.s.up));
+  RETURN_IF_ERROR(b.be.Glu(b.s.gate, b.s.up, b.c.act, b.s.act));
+  return b.be.MatMul(l.ffn_down, b.s.act, out);
+}
+
+absl::Status MoeFfn(const BlockCtx& b, int64_t il, const LayerWeights& l, Tensor h, Tensor out) {
+  const MoeConfig& m = b.c.moe;
+  const Scratch& s = b.s;
+  RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate_inp, h, s.router));  // [T, n_expert]
+  RETURN_IF_ERROR(b.emit(il, "ffn_moe_logits", s.router));
+  RETURN_IF_ERROR(b.be.MoeRoute(s.router, m.n_expert_used, m.norm_topk, s.route_w, s.route_ids));
+  RETURN_IF_ERROR(b.emit(il, "ffn_moe_weights", s.route_w));
+  RETURN_IF_ERROR(b.be.MatMulExperts(l.ffn_gate_exps, m.n_expert, h, s.route_ids, s.e_gate));
+  RETURN_IF_ERROR(b.be.MatMulExperts(l.ffn_up_exps, m.n_expert, h, s.route_ids, s.e_up));
+  RETURN_IF_ERROR(b.be.Glu(s.e_gate, s.e_up, b.c.act, s.e_act));  // [T * k, n_ff_exp]
+  RETURN_IF_ERROR(b.be.MatMulExperts(l.ffn_down_exps, m.n_expert, s.e_act, s.route_ids, s.e_out));
+  RETURN_IF_ERROR(b.be.MoeCombine(s.e_out, s.route_w, out));  // [T, d]
+  RETURN_IF_ERROR(b.emit(il, "ffn_moe_out", out));
+  if (m.n_ff_shexp > 0) {
+    // transformers' Qwen3NextSparseMoeBlock: routed + sigmoid(x . g) * shared_expert(x).
+    RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate_shexp, h, s.sh_gate));
+    RETURN_IF_ERROR(b.be.MatMul(l.ffn_up_shexp, h, s.sh_up));
+    RETURN_IF_ERROR(b.be.Glu(s.sh_gate, s.sh_up, b.c.act, s.sh_act));
+    RETURN_IF_ERROR(b.be.MatMul(l.ffn_down_shexp, s.sh_act, s.sh_out));
+    if (m.shared_gate) {
+      RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate_inp_shexp, h, s.sh_g));  // [T, 1]
+      RETURN_IF_ERROR(b.be.SigmoidMul(s.sh_out, s.sh_g, s.sh_out));
+    }
+    RETURN_IF_ERROR(b.emit(il, "ffn_shexp_out", s.sh_out));
+    RETURN_IF_ERROR(b.be.Add(out, s.sh_out, out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecoderLayer(const BlockCtx& b, int64_t il, const LayerWeights& l,
+                          backend::KvLayer kv, Tensor x) {
+  const Config& c = b.c;
+  const LayerConfig& lc = c.layers[il];
+  const Tensor h = b.s.h, o = b.s.o;
+
+  RETURN_IF_ERROR(b.be.RmsNorm(x, &l.attn_norm, c.norm_eps, h));
+  RETURN_IF_ERROR(b.emit(il, "attn_norm", h));
+  switch (lc.mixer) {
+    case MixerKind::kAttention:
+      RETURN_IF_ERROR(AttentionMixer(b, il, l, kv, h, o));
+      break;
+    default:
+      return absl::UnimplementedError(absl::StrCat("layer ", il, ": the ", MixerKindName(lc.mixer),
+                                                   " mixer has no block builder yet"));
+  }
+  if (c.post_norms) RETURN_IF_ERROR(b.be.RmsNorm(o, &l.post_attn_norm, c.norm_eps, o));
+  RETURN_IF_ERROR(b.emit(il, "attn_out", o));
+  RETURN_IF_ERROR(b.be.Add(x, o, x));
+
+  RETURN_IF_ERROR(b.be.RmsNorm(x, &l.ffn_norm, c.norm_eps, h));
+  RETURN_IF_ERROR(b.emit(il, "ffn_norm", h));
+  switch (lc.ffn) {
+    case FfnKind::kDense:
+      RETURN_IF_ERROR(DenseFfn(b, il, l, h, o));
+      break;
+    case FfnKind::kMoe:
+      RETURN_IF_ERROR(MoeFfn(b, il, l, h, o));
+      break;
+  }
+  if (c.post_norms) RETURN_IF_ERROR(b.be.RmsNorm(o, &l.post_ffw_norm, c.norm_eps, o));
+  RETURN_IF_ERROR(b.emit(il, "ffn_out", o));
+  RETURN_IF_ERROR(b.be.Add(x, o, x));
+  return b.emit(il, "l_out", x);
+}
+
+}  // namespace lockstep::models
