@@ -109,6 +109,29 @@ std::string Metrics::Render() const {
                       "\"} ", g.accepted_at[i], "\n");
     }
   }
+  // The load-aware K policy (docs/serving.md): the K served, and what each sequence drafted
+  // with; rounds at a k below lockstep_spec_k ran with a lowered K.
+  o += "# HELP lockstep_spec_k The K (--spec-k) of a model served with a draft.\n"
+       "# TYPE lockstep_spec_k gauge\n";
+  for (const auto& [model, g] : engines_) {
+    if (g.spec_k > 0) absl::StrAppend(&o, "lockstep_spec_k{model=\"", model, "\"} ", g.spec_k, "\n");
+  }
+  o += "# HELP lockstep_spec_sequences_total Finished speculative sequences by the K they drafted with.\n"
+       "# TYPE lockstep_spec_sequences_total counter\n";
+  for (const auto& [model, g] : engines_) {
+    for (const auto& [k, n] : g.spec_by_k) {
+      absl::StrAppend(&o, "lockstep_spec_sequences_total{model=\"", model, "\",k=\"", k, "\"} ",
+                      n.sequences, "\n");
+    }
+  }
+  o += "# HELP lockstep_spec_rounds_total Speculative rounds (target forwards) by the K drafted with.\n"
+       "# TYPE lockstep_spec_rounds_total counter\n";
+  for (const auto& [model, g] : engines_) {
+    for (const auto& [k, n] : g.spec_by_k) {
+      absl::StrAppend(&o, "lockstep_spec_rounds_total{model=\"", model, "\",k=\"", k, "\"} ",
+                      n.rounds, "\n");
+    }
+  }
   return o;
 }
 

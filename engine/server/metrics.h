@@ -24,10 +24,17 @@ class Histogram {
   double sum_ = 0;
 };
 
+// Speculative sequences that drafted with one K, and the rounds they ran.
+struct SpecByK {
+  int64_t sequences = 0, rounds = 0;
+};
+
 struct EngineGauges {
   int64_t waiting = 0, running = 0, kv_blocks_used = 0, kv_blocks_free = 0;
   int64_t prefix_hits = 0, prefix_misses = 0, session_resumes = 0, in_flight = 0;
   std::vector<int64_t> drafted_at, accepted_at;  // speculative, per draft position (0-based)
+  int spec_k = 0;                                // --spec-k of a model with a draft, else 0
+  std::map<int, SpecByK> spec_by_k;              // by the K the load-aware policy picked
 };
 
 class Metrics {

@@ -23,7 +23,7 @@ Server::Server(std::vector<std::unique_ptr<ServedModel>> models, ServerOptions o
   impl_->options = std::move(options);
   impl_->owner = this;
   Impl& im = *impl_;
-  for (auto& m : im.models) m->worker->Start(&im.metrics);
+  for (auto& m : im.models) m->worker->Start(&im.metrics, m->drafter ? m->spec_k : 0);
   httplib::Server& s = im.http;
   const int threads = im.options.http_threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

@@ -30,8 +30,9 @@ Worker::Worker(std::string model_name, std::unique_ptr<runtime::Engine> engine, 
       block_size_(engine_->options().block_size),
       ctx_(engine_->ctx()) {}
 
-void Worker::Start(Metrics* metrics) {
+void Worker::Start(Metrics* metrics, int spec_k) {
   metrics_ = metrics;
+  spec_k_ = spec_k;
   Publish();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -68,6 +69,7 @@ int64_t Worker::in_flight() const {
 std::shared_ptr<Channel> Worker::Submit(runtime::Request r, int64_t blocks) {
   auto ch = std::make_shared<Channel>();
   ch->blocks_ = blocks;
+  ch->spec_k_ = r.drafter != nullptr ? r.spec.k : 0;
   ch->t_submit_ = Clock::now();
   Channel* c = ch.get();
   Metrics* m = metrics_;
@@ -122,6 +124,8 @@ void Worker::Publish() {
   g.in_flight = in_flight();
   g.drafted_at = drafted_at_;
   g.accepted_at = accepted_at_;
+  g.spec_k = spec_k_;
+  g.spec_by_k = spec_by_k_;
   metrics_->SetEngine(name_, g);
 }
 
@@ -138,6 +142,11 @@ void Worker::Deliver(runtime::RequestResult r) {
   for (size_t i = 0; i < st.proposed_at.size(); ++i) {
     drafted_at_[i] += st.proposed_at[i];
     accepted_at_[i] += st.accepted_at[i];
+  }
+  if (ch->spec_k_ > 0) {
+    SpecByK& k = spec_by_k_[ch->spec_k_];
+    ++k.sequences;
+    k.rounds += st.rounds;
   }
   metrics_->AddTokens(r.gen.prompt_tokens, static_cast<int64_t>(r.gen.tokens.size()));
   Unreserve(1, ch->blocks_);

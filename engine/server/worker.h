@@ -54,6 +54,7 @@ class Channel {
   bool news_ = false;
   int64_t id_ = 0;      // the engine's id once submitted
   int64_t blocks_ = 0;  // reserved KV blocks
+  int spec_k_ = 0;      // the K its speculative rounds draft with; 0 = plain decoding
   std::chrono::steady_clock::time_point t_submit_, t_last_;
   bool has_token_ = false;
 };
@@ -62,8 +63,10 @@ class Worker {
  public:
   Worker(std::string model_name, std::unique_ptr<runtime::Engine> engine, int64_t max_seqs);
   ~Worker();  // stops the thread; requests still running are cancelled
-  // Starts the engine thread, which reports to `metrics` (outlives the worker).
-  void Start(Metrics* metrics);
+  // Starts the engine thread, which reports to `metrics` (outlives the worker). `spec_k`: the
+  // K of a model served with a draft (--spec-k), 0 without one; requests may draft with less
+  // under load (generate.cc), and /metrics shows both.
+  void Start(Metrics* metrics, int spec_k);
 
   // Reserves `blocks` KV blocks for each of `seqs` sequences. False when they do not fit now
   // (the sequence limit or the KV pool): the caller answers 429.
@@ -99,6 +102,8 @@ class Worker {
   // Engine thread only.
   std::map<int64_t, std::shared_ptr<Channel>> live_;
   std::vector<int64_t> drafted_at_, accepted_at_;
+  int spec_k_ = 0;
+  std::map<int, SpecByK> spec_by_k_;
 };
 
 }  // namespace lockstep::server

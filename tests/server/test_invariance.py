@@ -7,6 +7,8 @@ drafter), prefix-cache hits, resumed sessions, c = 32 streams, and a tiny KV bud
 answers the excess with 429 + Retry-After. Every loop is bounded; the servers are killed at the
 end even on failure. The arrival seed is printed and replayable with LOCKSTEP_TEST_SEED.
 """
+import http.client
+import json
 import os
 import random
 import sys
@@ -80,6 +82,21 @@ def concurrently(fns, timeout=240):
     return out, errs, alive
 
 
+def spec_metrics(text, model="spec"):
+    """The load-aware K policy's series of `model` in a /metrics text: the K served, and
+    sequences and rounds by the K they drafted with."""
+    out = {"k": None, "sequences": {}, "rounds": {}}
+    for ln in text.splitlines():
+        name, _, value = ln.rpartition(" ")
+        if name == f'lockstep_spec_k{{model="{model}"}}':
+            out["k"] = int(value)
+        for series in ("sequences", "rounds"):
+            prefix = f'lockstep_spec_{series}_total{{model="{model}",k="'
+            if name.startswith(prefix):
+                out[series][int(name[len(prefix):].split('"')[0])] = int(value)
+    return out
+
+
 class Invariance(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -87,6 +104,7 @@ class Invariance(unittest.TestCase):
         with serve(*MODELS, "--prefix-cache-mb", "0", "--max-sessions", "0") as cold:
             c = cold.client()
             cls.ref = [send(c, a, e, b) for a, e, b in CASES]
+            _, _, cls.ref_metrics = cold.get("/metrics")
             turn1 = [{"role": "user", "content": "Give me a word."}]
             cls.turn1_ref = send(c, "smol", "chat", dict(messages=turn1, max_tokens=8, temperature=0))
             cls.turn2_msgs = turn1 + [{"role": "assistant", "content": cls.turn1_ref},
@@ -125,6 +143,43 @@ class Invariance(unittest.TestCase):
             drafted = [ln for ln in metrics.splitlines()
                        if ln.startswith("lockstep_spec_drafted_total{model=\"spec\"")]
             self.assertTrue(any(int(ln.split()[-1]) > 0 for ln in drafted), drafted)
+
+    def test_lowered_k_under_load_equals_alone(self):
+        # The references drafted alone with K = 4 (--spec-k), as their server's metrics say.
+        ref = spec_metrics(self.ref_metrics)
+        self.assertEqual(ref["k"], 4)
+        self.assertEqual(set(ref["sequences"]), {4}, ref)
+        self.assertGreater(ref["rounds"][4], 0)
+        # 6 slots: with 3 or more taken, a new request drafts with K = 2. Three long sampled
+        # requests on the drafted model hold 3 slots; the spec cases then arrive together.
+        with serve(*MODELS, "--prefix-cache-mb", "0", "--max-sessions", "0",
+                   "--max-seqs", "6") as srv:
+            blockers = []
+            for i in range(3):
+                conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
+                conn.request("POST", "/v1/completions", json.dumps(dict(
+                    model="spec", prompt=f"Story {i}:", max_tokens=400, temperature=1.0, seed=i,
+                    stream=True, logit_bias={"0": -100, "1": -100, "2": -100})),
+                    {"Content-Type": "application/json"})
+                self.assertEqual(conn.getresponse().status, 200)  # admitted: its slot is taken
+                blockers.append(conn)
+            cases = [i for i, (a, _, _) in enumerate(CASES) if a == "spec"]
+            c = srv.client()
+            out, errs, alive = concurrently(
+                [lambda i=i, st=st: send(c, *CASES[i], stream=st)
+                 for i, st in zip(cases, [False, True, False])])
+            self.assertEqual((errs, alive), ([], []))
+            _, _, text = srv.get("/metrics")
+            # The blockers still hold their slots (none finished: the K of every case was picked
+            # under load), and each case drafted with K = 2.
+            self.assertIn('lockstep_admitted_sequences{model="spec"} 3', text)
+            got = spec_metrics(text)
+            self.assertEqual(got["sequences"], {2: len(cases)}, text)
+            self.assertGreater(got["rounds"][2], 0)
+            for conn in blockers:
+                conn.close()
+            for k, i in enumerate(cases):
+                self.assertEqual(out[k], self.ref[i], f"case {i} drafted with K = 2 under load")
 
     def test_prefix_hit_and_resumed_session_equal_cold(self):
         with serve(*MODELS, "--prefix-cache-mb", "32") as srv:
