@@ -236,8 +236,12 @@ template <uint32_t kType, int kTT, int kR>
 __global__ void __launch_bounds__(128)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                        const float* __restrict__ x, int64_t T, float* __restrict__ y,
-                       float w_scale, int unit, int x_smem_bytes) {
+                       float w_scale, int unit, int x_smem_bytes, int pipe) {
   using G = DecGeom<kType, kR>;
+  // The types with a register-sized fragment (DecFrag specializations) can hold the next
+  // group's fragment while the current one is computed (pipe != 0: docs/kernels.md, run 7).
+  constexpr bool kPipe = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q8_0 ||
+                         kType == (uint32_t)q::Type::Q6_K;
   extern __shared__ __align__(16) uint8_t dyn_smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -317,64 +321,112 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int t = 0; t < kTT; ++t) acc[r][t] = 0.0f;
 
+  const float* xl = x + t0 * cols;
+  // One chunk (class cls, chunk index c) of the kR rows' fragments: the 32 fmas per row and
+  // token, elements in increasing order (the contract's chain).
+  auto chunk_fma = [&](const DecFrag<kType> (&f)[kR], int64_t c) {
+    const float* xc = xl + c * kChunk;
+#pragma unroll
+    for (int qd = 0; qd < 4; ++qd) {
+      float wq[kR][8];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        switch (qd) {
+          case 0: f[r].template Quarter<0>(wq[r]); break;
+          case 1: f[r].template Quarter<1>(wq[r]); break;
+          case 2: f[r].template Quarter<2>(wq[r]); break;
+          default: f[r].template Quarter<3>(wq[r]); break;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kTT; ++t) {
+        if (kTT == 1 || t < n_tok) {
+          float4 x0, x1;
+          if (xs_on) {
+            const float4* xp = reinterpret_cast<const float4*>(xs + c * 36 + 8 * qd);
+            x0 = xp[0], x1 = xp[1];
+          } else {
+            const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
+            x0 = __ldg(xp), x1 = __ldg(xp + 1);
+          }
+          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+          for (int r = 0; r < kR; ++r) {
+            float a = acc[r][t];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) a = __fmaf_rn(wq[r][e], xv[e], a);
+            acc[r][t] = a;
+          }
+        }
+      }
+    }
+  };
+
 #pragma unroll
   for (int s = 0; s < G::kStages - 1; ++s) {
     if (s < n_steps) issue(s, s);
     CpCommit();
   }
-  const float* xl = x + t0 * cols;
-  for (int64_t step = 0; step < n_steps; ++step) {
-    const int64_t nxt = step + G::kStages - 1;
-    if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
-    CpCommit();
-    CpWait<G::kStages - 1>();
+  if (kPipe && pipe) {
+    // Software-pipelined: the fragments of group i + 1 are read from shared memory before group
+    // i's fmas run, so their latency hides behind them. Step s + 1 is awaited at step s's last
+    // group (cp.async groups: one per step; after step s's commit, kStages - 2 pending means
+    // steps 0..s+1 have landed). Same values, same chains: bits as the plain loop.
+    CpWait<G::kStages - 2>();
     __syncwarp();
-    const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
+    DecFrag<kType> f[kR];
+    {
+      const uint8_t* slot0 = ring + sl * kR * G::kRowPad;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) f[r].Load(slot0 + r * G::kRowPad, cls);
+    }
+    for (int64_t step = 0; step < n_steps; ++step) {
+      // The slot refilled now held step - 1, whose reads every lane has finished.
+      __syncwarp();
+      const int64_t nxt = step + G::kStages - 1;
+      if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
+      CpCommit();
+      const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
 #pragma unroll 1
-    for (int s = 0; s < G::kS; ++s) {
-      const int64_t c = (step * G::kS + s) * kClasses + cls;
-      if (c < n_chunks) {
-        DecFrag<kType> f[kR];
+      for (int s = 0; s < G::kS; ++s) {
+        DecFrag<kType> fn[kR];
+        if (s + 1 < G::kS) {
 #pragma unroll
-        for (int r = 0; r < kR; ++r) f[r].Load(slot + r * G::kRowPad + s * G::kGB, cls);
-        const float* xc = xl + c * kChunk;
+          for (int r = 0; r < kR; ++r) fn[r].Load(slot + r * G::kRowPad + (s + 1) * G::kGB, cls);
+        } else if (step + 1 < n_steps) {
+          CpWait<G::kStages - 2>();
+          __syncwarp();
+          const uint8_t* ns =
+              ring + (int)((step + 1) % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
 #pragma unroll
-        for (int qd = 0; qd < 4; ++qd) {
-          float wq[kR][8];
-#pragma unroll
-          for (int r = 0; r < kR; ++r) {
-            switch (qd) {
-              case 0: f[r].template Quarter<0>(wq[r]); break;
-              case 1: f[r].template Quarter<1>(wq[r]); break;
-              case 2: f[r].template Quarter<2>(wq[r]); break;
-              default: f[r].template Quarter<3>(wq[r]); break;
-            }
-          }
-#pragma unroll
-          for (int t = 0; t < kTT; ++t) {
-            if (kTT == 1 || t < n_tok) {
-              float4 x0, x1;
-              if (xs_on) {
-                const float4* xp = reinterpret_cast<const float4*>(xs + c * 36 + 8 * qd);
-                x0 = xp[0], x1 = xp[1];
-              } else {
-                const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
-                x0 = __ldg(xp), x1 = __ldg(xp + 1);
-              }
-              const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-              for (int r = 0; r < kR; ++r) {
-                float a = acc[r][t];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) a = __fmaf_rn(wq[r][e], xv[e], a);
-                acc[r][t] = a;
-              }
-            }
-          }
+          for (int r = 0; r < kR; ++r) fn[r].Load(ns + r * G::kRowPad, cls);
         }
+        const int64_t c = (step * G::kS + s) * kClasses + cls;
+        if (c < n_chunks) chunk_fma(f, c);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) f[r] = fn[r];
       }
     }
-    __syncwarp();
+  } else {
+    for (int64_t step = 0; step < n_steps; ++step) {
+      const int64_t nxt = step + G::kStages - 1;
+      if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
+      CpCommit();
+      CpWait<G::kStages - 1>();
+      __syncwarp();
+      const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
+#pragma unroll 1
+      for (int s = 0; s < G::kS; ++s) {
+        const int64_t c = (step * G::kS + s) * kClasses + cls;
+        if (c < n_chunks) {
+          DecFrag<kType> f[kR];
+#pragma unroll
+          for (int r = 0; r < kR; ++r) f[r].Load(slot + r * G::kRowPad + s * G::kGB, cls);
+          chunk_fma(f, c);
+        }
+      }
+      __syncwarp();
+    }
   }
   CpWait<0>();
   // Tree over the 8 classes of a row: xor 4 gives a0+a4 on lane 0 (a4+a0 on lane 4: the same
@@ -537,6 +589,17 @@ bool DecodeXSmem() {
   return on;
 }
 
+// The software-pipelined fragment loop of the decode route: on unless LOCKSTEP_DECODE_PIPE=0
+// (read once; both give the same bits: kernel_check's matmul-invariance compares the decode
+// route with the tiled route, which has no such loop).
+bool DecodePipe() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOCKSTEP_DECODE_PIPE");
+    return !(e != nullptr && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
 int SmCount() {
   static int n = [] {
     int dev = 0, v = 0;
@@ -578,7 +641,8 @@ cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t 
   }
   const dim3 grid((unsigned)((warps + nw - 1) / nw), (unsigned)((T + kTT - 1) / kTT));
   MatmulDecodeKernel<kType, kTT, kR><<<grid, nw * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y,
-                                                                       w_scale, unit, x_smem);
+                                                                       w_scale, unit, x_smem,
+                                                                       DecodePipe() ? 1 : 0);
   return cudaGetLastError();
 }
 
@@ -678,7 +742,8 @@ bool ShapeOk(uint32_t type_id, int64_t rows, int64_t cols) {
 bool MatmulSupportsType(uint32_t type_id) {
   switch ((q::Type)type_id) {
     case q::Type::F32: case q::Type::F16: case q::Type::BF16: case q::Type::Q4_0:
-    case q::Type::Q4_1: case q::Type::Q8_0: case q::Type::Q4_K: case q::Type::Q5_K:
+    case q::Type::Q4_1: case q::Type::Q5_0: case q::Type::Q5_1: case q::Type::Q8_0:
+    case q::Type::Q4_K: case q::Type::Q5_K:
     case q::Type::Q6_K: case q::Type::IQ4_XS: case q::Type::NVFP4:
       return true;
     default:
@@ -687,7 +752,7 @@ bool MatmulSupportsType(uint32_t type_id) {
 }
 
 #define LS_FOR_EACH_TYPE(X) \
-  X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_XS) X(NVFP4)
+  X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ4_XS) X(NVFP4)
 
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                          const float* x, int64_t T, float* y, float w_scale, MatmulRoute route,

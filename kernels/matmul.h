@@ -28,7 +28,7 @@ enum class MatmulRoute : int {
 };
 #define LOCKSTEP_MATMUL_DECODE_ROWS_ROUTES 1
 
-// True for the weight types this kernel implements: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K,
+// True for the weight types this kernel implements: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
 // Q5_K, Q6_K, IQ4_XS, NVFP4 (ggml type ids, engine/quant/types.h).
 bool MatmulSupportsType(uint32_t type_id);
 

@@ -112,6 +112,55 @@ struct WT<(uint32_t)q::Type::Q4_1> {
     }
   }
 };
+// Q5_0 / Q5_1: 22- and 24-byte blocks, so a block may start 2 bytes past a 4-byte boundary:
+// every field is read as 16-bit words. Element l < 16 is the low nibble of qs[l] with bit l of
+// qh as bit 4; element l + 16 the high nibble with bit l + 16 (DecodeBlockQ5_0/Q5_1). The
+// 5-bit q minus 16 (Q5_0) or q (Q5_1) comes exactly from the magic float; the products and the
+// sum are the decoder's roundings.
+template <>
+struct WT<(uint32_t)q::Type::Q5_0> {
+  static constexpr int kBE = 32, kBB = 22;
+  LS_DEV static void Decode(const uint8_t* g, int c, float (&w)[32]) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(g + c * kBB);
+    const float d = q::Fp16ToFp32(b[0]);
+    const uint32_t qh = (uint32_t)b[1] | ((uint32_t)b[2] << 16);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t v = b[3 + i];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int l = 2 * i + h;
+        const uint32_t byte = (v >> (8 * h)) & 0xFF;
+        const uint32_t q0 = (byte & 0xF) | (((qh >> l) & 1u) << 4);
+        const uint32_t q1 = (byte >> 4) | (((qh >> (l + 16)) & 1u) << 4);
+        w[l] = q::RoundedMul(d, SmallIntToF<16>(q0));
+        w[l + 16] = q::RoundedMul(d, SmallIntToF<16>(q1));
+      }
+    }
+  }
+};
+template <>
+struct WT<(uint32_t)q::Type::Q5_1> {
+  static constexpr int kBE = 32, kBB = 24;
+  LS_DEV static void Decode(const uint8_t* g, int c, float (&w)[32]) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(g + c * kBB);
+    const float d = q::Fp16ToFp32(b[0]), m = q::Fp16ToFp32(b[1]);
+    const uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 16);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t v = b[4 + i];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int l = 2 * i + h;
+        const uint32_t byte = (v >> (8 * h)) & 0xFF;
+        const uint32_t q0 = (byte & 0xF) | (((qh >> l) & 1u) << 4);
+        const uint32_t q1 = (byte >> 4) | (((qh >> (l + 16)) & 1u) << 4);
+        w[l] = q::RoundedAdd(q::RoundedMul(d, SmallIntToF<0>(q0)), m);
+        w[l + 16] = q::RoundedAdd(q::RoundedMul(d, SmallIntToF<0>(q1)), m);
+      }
+    }
+  }
+};
 template <>
 struct WT<(uint32_t)q::Type::Q8_0> {
   static constexpr int kBE = 32, kBB = 34;

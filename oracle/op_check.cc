@@ -34,7 +34,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // The weight types the matmul set covers (docs/kernels.md).
 const std::vector<Type>& MatmulTypes() {
   static const std::vector<Type> t = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0,
-                                      Type::Q4_1, Type::Q8_0, Type::Q4_K, Type::Q5_K,
+                                      Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::Q4_K, Type::Q5_K,
                                       Type::Q6_K, Type::IQ4_XS, Type::NVFP4};
   return t;
 }

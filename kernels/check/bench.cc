@@ -23,8 +23,8 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 }
 
 void Bench() {
-  // LOCKSTEP_BENCH=decode: only the copy ceiling and the decode-route matmuls (T <= 8), with
-  // every forced rows-per-lane mapping per matrix.
+  // LOCKSTEP_BENCH=decode: only the copy ceiling and the small-T matmuls (T <= 16), with every
+  // forced rows-per-lane mapping and the tiled route per matrix.
   const char* mode_env = std::getenv("LOCKSTEP_BENCH");
   const bool decode_only = mode_env != nullptr && std::strcmp(mode_env, "decode") == 0;
   std::printf("\n== bench (device: ");
@@ -133,7 +133,7 @@ void Bench() {
     }
     Dev<uint8_t> wh(bytes_of(head));
     FillQuantWeights(wh, ty);
-    const std::vector<int64_t> bench_ts = decode_only ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{1, 8, 2048};
+    const std::vector<int64_t> bench_ts = decode_only ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 8, 2048};
     for (int64_t T : bench_ts) {
       Dev<float> x(T * 14336), y(T * 128256);
       {
@@ -148,7 +148,7 @@ void Bench() {
         auto [ms, spread] = time_ms([&] {
           CK(lk::LaunchMatmul((uint32_t)ty, ws[copy][i]->p, m.rows, m.cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
           copy = (copy + 1) % n_copies;
-        }, T <= 8 ? 50 : 5);
+        }, T <= 16 ? 50 : 5);
         total_ms += ms;
         const double gb = bytes_of(m) / 1e9;
         const double tflops = 2.0 * T * m.rows * m.cols / (ms * 1e-3) / 1e12;
@@ -156,13 +156,15 @@ void Bench() {
                     m.name, ms, spread, gb / (ms * 1e-3), 100.0 * gb / (ms * 1e-3) / copy_gbs, tflops);
 #ifdef LOCKSTEP_MATMUL_DECODE_ROWS_ROUTES
         if (decode_only) {
-          const lk::MatmulRoute forced[3] = {lk::MatmulRoute::kDecodeRows1, lk::MatmulRoute::kDecodeRows2, lk::MatmulRoute::kDecodeRows4};
-          for (int fr = 0; fr < 3; ++fr) {
+          const lk::MatmulRoute forced[4] = {lk::MatmulRoute::kDecodeRows1, lk::MatmulRoute::kDecodeRows2,
+                                             lk::MatmulRoute::kDecodeRows4, lk::MatmulRoute::kTiled};
+          for (int fr = 0; fr < 4; ++fr) {
             auto [fms, fspread] = time_ms([&] {
               CK(lk::LaunchMatmul((uint32_t)ty, ws[copy][i]->p, m.rows, m.cols, x.p, T, y.p, 1.0f, forced[fr], 0));
               copy = (copy + 1) % n_copies;
             }, 30);
-            std::printf("    rows/lane %d           %9.4f ms (spread %.4f)  %5.1f%% of wall\n", 1 << fr, fms, fspread,
+            std::printf("    %-22s %9.4f ms (spread %.4f)  %5.1f%% of wall\n",
+                        fr < 3 ? (fr == 0 ? "rows/lane 1" : fr == 1 ? "rows/lane 2" : "rows/lane 4") : "tiled route", fms, fspread,
                         100.0 * gb / (fms * 1e-3) / copy_gbs);
           }
         }
@@ -182,7 +184,7 @@ void Bench() {
         CK(cudaGraphInstantiate(&execs[c], graphs[c], 0));
       }
       std::vector<double> ts;
-      for (int rep = 0; rep < (T <= 8 ? 60 : 6); ++rep) {
+      for (int rep = 0; rep < (T <= 16 ? 60 : 6); ++rep) {
         CK(cudaEventRecord(e0, st));
         CK(cudaGraphLaunch(execs[rep % n_copies], st));
         CK(cudaEventRecord(e1, st));

@@ -10,7 +10,7 @@ void CheckMatmul(bool quick) {
   Line* inv = NewLine("matmul-invariance");
   Line* dec = NewLine("matmul-decode-weights");
   const std::vector<q::Type> types = {q::Type::F32,  q::Type::F16,  q::Type::BF16, q::Type::Q4_0,
-                                      q::Type::Q4_1, q::Type::Q8_0, q::Type::Q4_K, q::Type::Q5_K,
+                                      q::Type::Q4_1, q::Type::Q5_0, q::Type::Q5_1, q::Type::Q8_0, q::Type::Q4_K, q::Type::Q5_K,
                                       q::Type::Q6_K, q::Type::IQ4_XS, q::Type::NVFP4};
   const std::vector<int64_t> Ts = quick ? std::vector<int64_t>{1, 2, 3, 17, 64}
                                         : std::vector<int64_t>{1, 2, 3, 5, 8, 17, 64, 256, 2048};

@@ -423,7 +423,7 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
   if (!kernels::MatmulSupportsType(static_cast<uint32_t>(w.type))) {
     return Guard(absl::UnimplementedError(absl::StrFormat(
         "cuda MatMul: weight '%s' has type %s, which the cuda matmul does not implement (F32 F16 "
-        "BF16 Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K IQ4_XS NVFP4)", w.name, quant::Traits(w.type).name)));
+        "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K IQ4_XS NVFP4)", w.name, quant::Traits(w.type).name)));
   }
   if (w.cols % 32 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
     return Guard(absl::UnimplementedError(absl::StrFormat(
