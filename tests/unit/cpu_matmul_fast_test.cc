@@ -1,6 +1,8 @@
 // The cpu backend's fused decode-and-dot MatMul (cpu_dot_kernels.h) against its slow twin,
 // cpu::MatMulReference (shared dequantizer + DotFixed), bit for bit: every type with a codec,
-// every instruction-set build this machine runs, T = 1..9, several shapes (row lengths that are
+// every instruction-set build this machine runs (base, avx2, avx512: the last decodes T > 1 through
+// a slab buffer, cpu_dot_impl512.h, so T = 2..9 and 33 rows cross its tiles and slabs), T = 1..9,
+// several shapes (row lengths that are
 // one block, a few blocks, a real model's width; float rows with ragged tails), thread counts 1,
 // 2 and 3. Outputs are poisoned with NaN before each call, so an element the kernel skips fails.
 //
@@ -44,7 +46,7 @@ using backend::cpu::DotIsa;
 
 std::vector<DotIsa> AvailableIsas() {
   std::vector<DotIsa> out;
-  for (DotIsa isa : {DotIsa::kBase, DotIsa::kAvx2}) {
+  for (DotIsa isa : {DotIsa::kBase, DotIsa::kAvx2, DotIsa::kAvx512}) {
     if (backend::cpu::DotIsaAvailable(isa)) out.push_back(isa);
   }
   return out;

@@ -1,6 +1,8 @@
 // Run-time choice among the per-ISA builds of the fused matmul kernels (cpu_dot_kernels.h).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 
 #include "engine/backend/cpu/cpu_dot_kernels.h"
 
@@ -37,16 +39,49 @@ bool DotIsaAvailable(DotIsa isa) {
       return false;
 #endif
     }
+    case DotIsa::kAvx512: {
+#if defined(__x86_64__)
+      // libgcc's checks include the OS's XSAVE support of the zmm state.
+      static const bool avx512 =
+          DotIsaAvailable(DotIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512dq");
+      return avx512;
+#else
+      return false;
+#endif
+    }
   }
   return false;
 }
 
 DotIsa BestDotIsa() {
-  static const DotIsa best = DotIsaAvailable(DotIsa::kAvx2) ? DotIsa::kAvx2 : DotIsa::kBase;
+  static const DotIsa best = [] {
+    if (const char* forced = std::getenv("LOCKSTEP_CPU_ISA"); forced && *forced) {
+      for (DotIsa isa : {DotIsa::kBase, DotIsa::kAvx2, DotIsa::kAvx512}) {
+        if (std::strcmp(forced, DotIsaName(isa)) != 0) continue;
+        if (DotIsaAvailable(isa)) return isa;
+        std::fprintf(stderr, "LOCKSTEP_CPU_ISA=%s: this machine does not run %s\n", forced,
+                     forced);
+        std::abort();
+      }
+      std::fprintf(stderr, "LOCKSTEP_CPU_ISA=%s: want base, avx2 or avx512\n", forced);
+      std::abort();
+    }
+    if (DotIsaAvailable(DotIsa::kAvx512)) return DotIsa::kAvx512;
+    return DotIsaAvailable(DotIsa::kAvx2) ? DotIsa::kAvx2 : DotIsa::kBase;
+  }();
   return best;
 }
 
-const char* DotIsaName(DotIsa isa) { return isa == DotIsa::kAvx2 ? "avx2" : "base"; }
+const char* DotIsaName(DotIsa isa) {
+  switch (isa) {
+    case DotIsa::kAvx512: return "avx512";
+    case DotIsa::kAvx2: return "avx2";
+    case DotIsa::kBase: break;
+  }
+  return "base";
+}
 
 void DotMatMulRows(DotIsa isa, const DotMatMulArgs& a, int64_t row_begin, int64_t row_end) {
   if (!DotIsaAvailable(isa)) {
@@ -54,7 +89,9 @@ void DotMatMulRows(DotIsa isa, const DotMatMulArgs& a, int64_t row_begin, int64_
                  DotIsaName(isa));
     std::abort();
   }
-  if (isa == DotIsa::kAvx2) {
+  if (isa == DotIsa::kAvx512) {
+    DotMatMulRowsAvx512(a, row_begin, row_end);
+  } else if (isa == DotIsa::kAvx2) {
     DotMatMulRowsAvx2(a, row_begin, row_end);
   } else {
     DotMatMulRowsBase(a, row_begin, row_end);

@@ -533,35 +533,41 @@ void RowsOf(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end) {
   }
 }
 
+// f.template operator()<Codec>() with the codec of `type`.
+template <class F>
+void WithCodec(quant::Type type, F&& f) {
+  using quant::Type;
+  switch (type) {
+    case Type::F32: return f.template operator()<CodecF32>();
+    case Type::F16: return f.template operator()<CodecF16>();
+    case Type::BF16: return f.template operator()<CodecBF16>();
+    case Type::Q4_0: return f.template operator()<CodecQ4_0>();
+    case Type::Q4_1: return f.template operator()<CodecQ4_1>();
+    case Type::Q5_0: return f.template operator()<CodecQ5_0>();
+    case Type::Q5_1: return f.template operator()<CodecQ5_1>();
+    case Type::Q8_0: return f.template operator()<CodecQ8_0>();
+    case Type::Q2_K: return f.template operator()<CodecQ2_K>();
+    case Type::Q3_K: return f.template operator()<CodecQ3_K>();
+    case Type::Q4_K: return f.template operator()<CodecQ4_K>();
+    case Type::Q5_K: return f.template operator()<CodecQ5_K>();
+    case Type::Q6_K: return f.template operator()<CodecQ6_K>();
+    case Type::Q8_1: return f.template operator()<CodecGeneric<Type::Q8_1>>();
+    case Type::Q8_K: return f.template operator()<CodecGeneric<Type::Q8_K>>();
+    case Type::IQ4_NL: return f.template operator()<CodecGeneric<Type::IQ4_NL>>();
+    case Type::IQ4_XS: return f.template operator()<CodecGeneric<Type::IQ4_XS>>();
+    case Type::MXFP4: return f.template operator()<CodecGeneric<Type::MXFP4>>();
+    case Type::NVFP4: return f.template operator()<CodecGeneric<Type::NVFP4>>();
+    default:
+      // cpu_matmul.cc sends only types with a codec here; anything else is a wiring bug.
+      std::fprintf(stderr, "cpu dot kernels: no kernel for ggml type id %u\n", (unsigned)type);
+      std::abort();
+  }
+}
+
 }  // namespace
 
 void DotMatMulRowsImpl(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end) {
-  using quant::Type;
-  switch (a.type) {
-    case Type::F32: return RowsOf<CodecF32>(a, row_begin, row_end);
-    case Type::F16: return RowsOf<CodecF16>(a, row_begin, row_end);
-    case Type::BF16: return RowsOf<CodecBF16>(a, row_begin, row_end);
-    case Type::Q4_0: return RowsOf<CodecQ4_0>(a, row_begin, row_end);
-    case Type::Q4_1: return RowsOf<CodecQ4_1>(a, row_begin, row_end);
-    case Type::Q5_0: return RowsOf<CodecQ5_0>(a, row_begin, row_end);
-    case Type::Q5_1: return RowsOf<CodecQ5_1>(a, row_begin, row_end);
-    case Type::Q8_0: return RowsOf<CodecQ8_0>(a, row_begin, row_end);
-    case Type::Q2_K: return RowsOf<CodecQ2_K>(a, row_begin, row_end);
-    case Type::Q3_K: return RowsOf<CodecQ3_K>(a, row_begin, row_end);
-    case Type::Q4_K: return RowsOf<CodecQ4_K>(a, row_begin, row_end);
-    case Type::Q5_K: return RowsOf<CodecQ5_K>(a, row_begin, row_end);
-    case Type::Q6_K: return RowsOf<CodecQ6_K>(a, row_begin, row_end);
-    case Type::Q8_1: return RowsOf<CodecGeneric<Type::Q8_1>>(a, row_begin, row_end);
-    case Type::Q8_K: return RowsOf<CodecGeneric<Type::Q8_K>>(a, row_begin, row_end);
-    case Type::IQ4_NL: return RowsOf<CodecGeneric<Type::IQ4_NL>>(a, row_begin, row_end);
-    case Type::IQ4_XS: return RowsOf<CodecGeneric<Type::IQ4_XS>>(a, row_begin, row_end);
-    case Type::MXFP4: return RowsOf<CodecGeneric<Type::MXFP4>>(a, row_begin, row_end);
-    case Type::NVFP4: return RowsOf<CodecGeneric<Type::NVFP4>>(a, row_begin, row_end);
-    default:
-      // cpu_matmul.cc sends only types with a codec here; anything else is a wiring bug.
-      std::fprintf(stderr, "cpu dot kernels: no kernel for ggml type id %u\n", (unsigned)a.type);
-      std::abort();
-  }
+  WithCodec(a.type, [&]<class C>() { RowsOf<C>(a, row_begin, row_end); });
 }
 
 }  // namespace lockstep::backend::cpu::LOCKSTEP_DOT_NS

@@ -1,6 +1,7 @@
 // The fused decode-and-dot matmul kernels of the cpu backend (cpu_dot_impl.h), compiled once per
 // instruction set (cpu_dot_base.cc: the build's baseline, x86-64-v2; cpu_dot_avx2.cc: AVX2 +
-// F16C) and picked at run time. Internal to engine/backend/cpu.
+// F16C; cpu_dot_avx512.cc: AVX-512 F/VL/BW/DQ, 16-lane accumulators and, for T > 1, rows decoded
+// once into a buffer and reused by every activation row, cpu_dot_impl512.h) and picked at run time. Internal to engine/backend/cpu.
 //
 // Every variant computes each output element with exactly the arithmetic of
 // DequantizeRowOrDie + DotFixed (cpu_kernels.h): the weight value is the shared decoder's float
@@ -27,12 +28,14 @@ struct DotMatMulArgs {
   float* y;           // [T, rows]
 };
 
-enum class DotIsa { kBase, kAvx2 };
+enum class DotIsa { kBase, kAvx2, kAvx512 };
 
 // True when this machine runs `isa`'s instructions (kBase: always).
 bool DotIsaAvailable(DotIsa isa);
 
-// The fastest available variant, decided once per process.
+// The fastest available variant, decided once per process. LOCKSTEP_CPU_ISA=base|avx2|avx512
+// forces one (for side-by-side measurements); a value that is unknown or not available on this
+// machine aborts with a message naming the variable (no silent fallback).
 DotIsa BestDotIsa();
 
 const char* DotIsaName(DotIsa isa);
@@ -43,5 +46,6 @@ void DotMatMulRows(DotIsa isa, const DotMatMulArgs& a, int64_t row_begin, int64_
 // The per-ISA entry points behind DotMatMulRows.
 void DotMatMulRowsBase(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end);
 void DotMatMulRowsAvx2(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end);
+void DotMatMulRowsAvx512(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end);
 
 }  // namespace lockstep::backend::cpu
