@@ -73,8 +73,10 @@ std::vector<KeyValue> SyntheticTokenizerKeys() {
 }
 
 absl::StatusOr<std::string> TinyBytesWithVocab(const std::string& arch) {
-  const std::string path =
-      absl::StrCat(LOCKSTEP_SOURCE_DIR, "/golden/tiny/", arch, "/", arch, ".gguf");
+  const bool family = std::find(std::begin(kFamilyGoldenArchs), std::end(kFamilyGoldenArchs),
+                                arch) != std::end(kFamilyGoldenArchs);
+  const std::string path = absl::StrCat(LOCKSTEP_SOURCE_DIR, family ? "/golden/families/" : "/golden/tiny/",
+                                        arch, "/", arch, ".gguf");
   absl::StatusOr<gguf::File> f = gguf::File::Open(path);
   if (!f.ok()) return absl::Status(f.status().code(), absl::StrCat(path, ": ", f.status().message()));
   std::vector<KeyValue> md;

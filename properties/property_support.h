@@ -109,7 +109,10 @@ inline void Must(const absl::Status& s) {
 // 256..319 normal tokens "t0".."t63", and id 320 "<|endoftext|>" as bos and eos. The models'
 // embeddings have 320 rows, so the end-of-turn token can never be produced: generation always
 // runs to max_tokens, which keeps every comparison as long as the case asked for.
-inline constexpr const char* kTinyArchs[] = {"llama", "qwen3", "gemma3"};
+// qwen3_moe (MoE FFN in every layer) comes from golden/families/ instead (its GGUF is llama.cpp's
+// converter's; oracle/gen_family_golden.py), with the same 320-row vocabulary.
+inline constexpr const char* kTinyArchs[] = {"llama", "qwen3", "gemma3", "qwen3_moe"};
+inline constexpr const char* kFamilyGoldenArchs[] = {"qwen3_moe"};
 inline constexpr int kTinyVocab = 320;
 
 struct TinyModel {
