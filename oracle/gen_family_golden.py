@@ -199,7 +199,7 @@ def run_family(name, out_root):
             "transformers": transformers.__version__, "torch": torch.__version__,
             "converter": f"{CONVERTER} ({converter_version()}) --outtype f32",
             "min_router_margin": None if not margins.hooks else margins.min,
-            "config": json.loads(cfg.to_json_string())}
+            "config": json.loads(cfg.to_json_string(use_diff=False))}
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     for fn in sorted(os.listdir(d)):

@@ -78,8 +78,10 @@ TEST_P(FamilyGolden, ConfigIsTransformers) {
   EXPECT_EQ(cfg.n_vocab, hf.at("vocab_size").get<int64_t>());
   EXPECT_EQ(cfg.n_head, hf.at("num_attention_heads").get<int64_t>());
   EXPECT_EQ(cfg.n_kv_head, hf.at("num_key_value_heads").get<int64_t>());
-  if (hf.contains("num_experts")) {
-    EXPECT_EQ(cfg.moe.n_expert, hf.at("num_experts").get<int64_t>());
+  if (cfg.HasMoe()) {
+    // transformers 5 serializes num_experts as num_local_experts (the full config, use_diff=False).
+    ASSERT_TRUE(hf.contains("num_local_experts")) << "meta.json config lacks num_local_experts";
+    EXPECT_EQ(cfg.moe.n_expert, hf.at("num_local_experts").get<int64_t>());
     EXPECT_EQ(cfg.moe.n_expert_used, hf.at("num_experts_per_tok").get<int64_t>());
     EXPECT_EQ(cfg.moe.n_ff_exp, hf.at("moe_intermediate_size").get<int64_t>());
     EXPECT_EQ(cfg.moe.norm_topk, hf.at("norm_topk_prob").get<bool>());
