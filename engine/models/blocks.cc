@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status.h"
+#include "engine/models/gdn.h"
 
 namespace lockstep::models {
 
@@ -50,6 +51,7 @@ Scratch Scratch::Rows(int64_t T) const {
     *dst = src->data ? src->Rows(0, T * k) : *src;
   }
   r.route_ids = route_ids.data ? route_ids.Rows(0, T) : route_ids;
+  r.gdn = gdn.Rows(T);
   return r;
 }
 
@@ -70,12 +72,18 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
       }
       break;
     }
+    case MixerKind::kGatedAttention:
+      RETURN_IF_ERROR(BindGatedAttention(f, c, il, l));
+      break;
+    case MixerKind::kGatedDeltaNet:
+      RETURN_IF_ERROR(BindGdnMixer(f, c, il, l));
+      break;
     default:
       return absl::UnimplementedError(absl::StrCat("layer ", il, " of ", c.arch, ": the ",
                                                    MixerKindName(lc.mixer),
                                                    " mixer has no block builder yet"));
   }
-  ASSIGN_OR_RETURN(l->ffn_norm, BindTensor(f, n("ffn_norm"), {d}, true));
+  ASSIGN_OR_RETURN(l->ffn_norm, BindTensor(f, n(c.ffn_norm_tensor), {d}, true));
   switch (lc.ffn) {
     case FfnKind::kDense: {
       ASSIGN_OR_RETURN(l->ffn_gate, BindTensor(f, n("ffn_gate"), {d, c.n_ff}));
@@ -186,6 +194,12 @@ absl::Status DecoderLayer(const BlockCtx& b, int64_t il, const LayerWeights& l,
   switch (lc.mixer) {
     case MixerKind::kAttention:
       RETURN_IF_ERROR(AttentionMixer(b, il, l, kv, h, o));
+      break;
+    case MixerKind::kGatedAttention:
+      RETURN_IF_ERROR(GatedAttentionMixer(b, il, l, kv, h, o));
+      break;
+    case MixerKind::kGatedDeltaNet:
+      RETURN_IF_ERROR(GdnMixer(b, il, l, h, o));
       break;
     default:
       return absl::UnimplementedError(absl::StrCat("layer ", il, ": the ", MixerKindName(lc.mixer),

@@ -41,6 +41,7 @@ struct Scratch {
   backend::IntTensor route_ids;
   // The shared expert: [T, n_ff_shexp] x3, its output [T, d] and gate logit [T, 1].
   backend::Tensor sh_gate, sh_up, sh_act, sh_out, sh_g;
+  GdnScratch gdn;  // GDN mixer and gated attention rows (gdn.h)
   // Rows [0, T) of every tensor.
   Scratch Rows(int64_t T) const;
 };
@@ -54,6 +55,9 @@ struct BlockCtx {
   const backend::KvLayout& layout;
   const Scratch& s;  // rows [0, T) of the step
   const EmitFn& emit;
+  // The recurrent state of Gated DeltaNet layers (gdn.h): its layout and, per layer, its memory.
+  const backend::GdnLayout* gdn_layout = nullptr;
+  const backend::GdnLayer* gdn_state = nullptr;  // [n_layer]
 };
 
 // Softmax attention over the paged KV cache of `kv`: q/k/v projections of h, per-head q/k

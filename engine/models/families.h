@@ -22,12 +22,16 @@ absl::Status ReadLlamaConfig(const gguf::File& f, Config* c);
 absl::Status ReadGemma3Config(const gguf::File& f, Config* c);
 absl::Status ReadQwen3Config(const gguf::File& f, Config* c);
 absl::Status ReadQwen3MoeConfig(const gguf::File& f, Config* c);
+absl::Status ReadQwen35Config(const gguf::File& f, Config* c);     // qwen3_5.cc
+absl::Status ReadQwen3NextConfig(const gguf::File& f, Config* c);  // qwen3_next.cc
 
 inline constexpr Family kFamilies[] = {
     {"llama", &ReadLlamaConfig},
     {"gemma3", &ReadGemma3Config},
     {"qwen3", &ReadQwen3Config},
     {"qwen3moe", &ReadQwen3MoeConfig},
+    {"qwen35", &ReadQwen35Config},
+    {"qwen3next", &ReadQwen3NextConfig},
 };
 
 // Shared hyperparameter readers; errors name the key.

@@ -21,7 +21,9 @@ std::vector<backend::Weight*> LayerWeights::All() {
           &ffn_norm,       &ffn_gate,    &ffn_up,       &ffn_down,
           &post_ffw_norm,  &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps,
           &ffn_down_exps,  &ffn_gate_shexp, &ffn_up_shexp, &ffn_down_shexp,
-          &ffn_gate_inp_shexp};
+          &ffn_gate_inp_shexp, &gdn.qkv,   &gdn.z,       &gdn.conv1d,
+          &gdn.dt_bias,    &gdn.ssm_a,   &gdn.beta,     &gdn.alpha,
+          &gdn.ba,         &gdn.norm,    &gdn.out};
 }
 
 std::vector<const backend::Weight*> LayerWeights::All() const {
@@ -36,7 +38,11 @@ absl::StatusOr<backend::Weight> BindTensor(const gguf::File& f, const std::strin
                                            std::vector<int64_t> shape, bool f32_only) {
   const gguf::TensorInfo* t = f.FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("missing tensor ", name));
-  if (t->shape != shape) {
+  // A trailing dimension of 1 is no dimension, as llama.cpp's loader compares ne (converters
+  // write qwen3next's ffn_gate_inp_shexp as [n_embd, 1]).
+  std::vector<int64_t> got = t->shape;
+  while (got.size() > shape.size() && got.back() == 1) got.pop_back();
+  if (got != shape) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape ",
                                                    ShapeString(t->shape), ", expected ",
                                                    ShapeString(shape)));

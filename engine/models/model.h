@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/gguf/gguf.h"
+#include "engine/models/gdn_types.h"
 
 namespace lockstep::models {
 
@@ -62,6 +63,9 @@ struct Config {
   float attn_softcap = 0.0f; // 0 = none
   float final_softcap = 0.0f;
   MoeConfig moe;
+  GdnConfig gdn;             // Gated DeltaNet layers (qwen3_5, qwen3_next; gdn.h)
+  // The pre-FFN RMSNorm tensor of every layer (qwen3_5/qwen3_next: "post_attention_norm").
+  const char* ffn_norm_tensor = "ffn_norm";
   std::vector<LayerConfig> layers;
   bool HasMoe() const;
 };
@@ -75,6 +79,7 @@ struct LayerWeights {
   backend::Weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
   // The shared expert ([n_ff_shexp, d] x2, [d, n_ff_shexp]) and its gate [1, d].
   backend::Weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, ffn_gate_inp_shexp;
+  GdnWeights gdn;  // a Gated DeltaNet mixer's tensors (gdn_types.h)
   // Every weight field, in one fixed order (binding, byte counts).
   std::vector<backend::Weight*> All();
   std::vector<const backend::Weight*> All() const;

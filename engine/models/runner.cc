@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/status.h"
+#include "engine/models/gdn.h"
 #include "engine/models/stage_wire.h"
 
 namespace lockstep::models {
@@ -135,6 +136,26 @@ absl::Status Runner::Init() {
     ASSIGN_OR_RETURN(kv_[il].v, be_.Allocate(layout_.v_bytes(), "KV pool (V)"));
     owned_.push_back(kv_[il].v);
   }
+  gdn_state_.resize(c.n_layer);
+  if (c.gdn.present()) {
+    if (pipelined()) {
+      return absl::UnimplementedError(absl::StrCat(
+          c.arch, ": pipeline stages do not carry the recurrent state of Gated DeltaNet layers yet"));
+    }
+    if (options_.n_state_slots < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          c.arch, " has Gated DeltaNet layers: runner option n_state_slots must be >= 1 (one per "
+                  "sequence), is ", options_.n_state_slots));
+    }
+    gdn_layout_ = GdnStateLayout(c, options_.n_state_slots);
+    const int64_t n = options_.n_state_slots;
+    for (int64_t il = first_; il < last_; ++il) {
+      if (c.layers[il].mixer != MixerKind::kGatedDeltaNet) continue;
+      ASSIGN_OR_RETURN(Tensor conv, NewTensor(n, gdn_layout_.conv_floats(), "state pool (conv)"));
+      ASSIGN_OR_RETURN(Tensor ssm, NewTensor(n, gdn_layout_.ssm_floats(), "state pool (delta)"));
+      gdn_state_[il] = {conv.data, ssm.data};
+    }
+  }
 
   const int64_t T = options_.max_step_tokens, d = c.n_embd;
   const int64_t q_dim = c.n_head * c.head_dim;
@@ -167,6 +188,9 @@ absl::Status Runner::Init() {
       ASSIGN_OR_RETURN(s.sh_g, NewTensor(T, 1, "workspace (MoE)"));
     }
   }
+  RETURN_IF_ERROR(AllocateGdnScratch(
+      c, T, [&](int64_t rows, int64_t cols) { return NewTensor(rows, cols, "workspace (GDN)"); },
+      &s.gdn));
   if (head) {
     ASSIGN_OR_RETURN(ws_.sel, NewTensor(options_.max_logit_rows, d, "workspace"));
     ASSIGN_OR_RETURN(ws_.logits, NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
@@ -191,6 +215,24 @@ absl::Status Runner::CopyBlock(int32_t src, int32_t dst) {
     auto* v = static_cast<uint8_t*>(l.v);
     RETURN_IF_ERROR(be_.Copy(k + dst * kb, k + src * kb, kb));
     RETURN_IF_ERROR(be_.Copy(v + dst * vb, v + src * vb, vb));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runner::CopyState(int32_t src, int32_t dst) {
+  if (gdn_layout_.n_slots == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(model_.config().arch, " has no recurrent state to copy"));
+  }
+  if (src < 0 || dst < 0 || src >= gdn_layout_.n_slots || dst >= gdn_layout_.n_slots) {
+    return absl::OutOfRangeError(absl::StrCat("CopyState: slots ", src, " -> ", dst,
+                                              " outside [0, ", gdn_layout_.n_slots, ")"));
+  }
+  const int64_t cf = gdn_layout_.conv_floats(), sf = gdn_layout_.ssm_floats();
+  for (const backend::GdnLayer& l : gdn_state_) {
+    if (l.conv == nullptr) continue;  // not a GDN layer
+    RETURN_IF_ERROR(be_.Copy(l.conv + dst * cf, l.conv + src * cf, cf * sizeof(float)));
+    RETURN_IF_ERROR(be_.Copy(l.ssm + dst * sf, l.ssm + src * sf, sf * sizeof(float)));
   }
   return absl::OkStatus();
 }
@@ -253,12 +295,32 @@ absl::StatusOr<backend::StepMeta> Runner::BuildMeta(std::span<const StepEntry> b
     }
     meta.query_start.push_back(static_cast<int32_t>(meta.tokens.size()));
     meta.seq_len.push_back(static_cast<int32_t>(e.start + n));
+    if (c.gdn.present()) {
+      // The sequence's recurrent state (docs/models.md): its slot and optional checkpoints.
+      if (e.state_slot < 0 || e.state_slot >= gdn_layout_.n_slots) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step entry ", ei, " has state slot ", e.state_slot, "; ", c.arch,
+            " has recurrent layers and needs one in [0, ", gdn_layout_.n_slots, ")"));
+      }
+      meta.state_slots.push_back(e.state_slot);
+      if (!e.state_checkpoints.empty()) {
+        if (static_cast<int64_t>(e.state_checkpoints.size()) != n) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step entry ", ei, " gives ", e.state_checkpoints.size(),
+              " state checkpoints for its ", n, " tokens"));
+        }
+        meta.state_checkpoints.resize(meta.query_start[ei], -1);
+        meta.state_checkpoints.insert(meta.state_checkpoints.end(), e.state_checkpoints.begin(),
+                                      e.state_checkpoints.end());
+      }
+    }
     for (int64_t b = 0; b < meta.max_blocks; ++b) {
       meta.block_table.push_back(b < static_cast<int64_t>(e.blocks.size()) ? e.blocks[b] : 0);
     }
   }
   const int64_t T = meta.n_tokens();
   const int64_t R = static_cast<int64_t>(meta.output_rows.size());
+  if (!meta.state_checkpoints.empty()) meta.state_checkpoints.resize(T, -1);
   if (T > options_.max_step_tokens) {
     return absl::OutOfRangeError(absl::StrCat("the step has ", T, " tokens; the workspace holds ",
                                               options_.max_step_tokens, " (max_step_tokens)"));
@@ -317,7 +379,7 @@ absl::Status Runner::Layers(int64_t T, int64_t first, int64_t last, const DumpFn
     return Emit(dump, layer, name, t);
   };
   const Scratch s = ws_.blocks.Rows(T);
-  const BlockCtx b{be_, model_.config(), layout_, s, emit};
+  const BlockCtx b{be_, model_.config(), layout_, s, emit, &gdn_layout_, gdn_state_.data()};
   const Tensor x = ws_.x.Rows(0, T);
   for (int64_t il = first; il < last; ++il) {
     RETURN_IF_ERROR(DecoderLayer(b, il, bound_.layers[il], kv_[il], x));
@@ -377,10 +439,12 @@ absl::StatusOr<std::vector<float>> PromptLogits(const Model& model, backend::Bac
   o.split = split;
   o.link = link;
   o.micro_batches = 1;  // one sequence
+  o.n_state_slots = 1;
   ASSIGN_OR_RETURN(std::unique_ptr<Runner> r, Runner::Create(model, be, o));
   std::vector<int32_t> blocks(o.n_blocks);
   for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(b);
   StepEntry e{tokens, 0, blocks, all ? T : 1};
+  e.state_slot = 0;  // hybrid models: the one sequence's recurrent state
   std::vector<float> logits;
   RETURN_IF_ERROR(r->Forward(std::span(&e, 1), &logits, dump));
   return logits;

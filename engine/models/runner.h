@@ -35,6 +35,9 @@ struct RunnerOptions {
   StageLink* link = nullptr;
   int64_t micro_batches = 2;
   int64_t timeout_ms = 120000;
+  // Recurrent-state slots of the Gated DeltaNet layers (docs/models.md): one per sequence in
+  // flight plus speculative checkpoints. Required (>= 1) by hybrid models, unused by others.
+  int64_t n_state_slots = 0;
 };
 
 // Layer boundaries for `n_stages` stages balanced by the bytes of each layer's weights (the
@@ -58,6 +61,10 @@ struct StepEntry {
   int64_t start = 0;
   std::span<const int32_t> blocks;
   int64_t n_logits = 0;
+  // Hybrid models: the state slot this sequence reads and writes; and, when non-empty (one per
+  // token), the slot that also receives the state right after each token (-1: none).
+  int32_t state_slot = -1;
+  std::span<const int32_t> state_checkpoints;
 };
 
 // Called with each named intermediate ("blk.3.attn_out"): [rows, cols] f32 in host memory.
@@ -84,6 +91,10 @@ class Runner {
 
   // Copies every layer's K and V rows of block src into block dst (on every stage).
   absl::Status CopyBlock(int32_t src, int32_t dst);
+  // Copies every GDN layer's recurrent state of slot src into slot dst (a speculative
+  // checkpoint restored, a state forked); an error on a model without recurrent layers.
+  absl::Status CopyState(int32_t src, int32_t dst);
+  const backend::GdnLayout& gdn_layout() const { return gdn_layout_; }
 
   // Pipeline: stage `r` of the split, its layers [first, last), and one line per stage that
   // rank 0 collected at creation ("stage1=host:cpu (avx2, 2 threads) layers [15, 30)").
@@ -128,6 +139,8 @@ class Runner {
   Weights bound_;                        // the model's weights as the backend reads them
   backend::KvLayout layout_;
   std::vector<backend::KvLayer> kv_;     // [n_layer]
+  backend::GdnLayout gdn_layout_;        // the state pool (n_slots 0: no recurrent layer)
+  std::vector<backend::GdnLayer> gdn_state_;  // [n_layer]; GDN layers only
   std::vector<void*> owned_;             // every allocation, freed in the destructor
   struct Workspace {
     backend::Tensor x, sel, logits;  // the residual [T, d]; the head's rows
