@@ -100,6 +100,9 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(r["choices"][0]["message"]["content"],
                              alone["choices"][0]["message"]["content"])
             self.assertEqual(metric(srv, 'lockstep_requests_total{endpoint="chat",status="499"}', 0), 1)
+            deadline = time.time() + 5  # the engine thread takes the cancel at its next step
+            while time.time() < deadline and metric(srv, 'lockstep_admitted_sequences{model="smol"}'):
+                time.sleep(0.1)
             self.assertEqual(metric(srv, 'lockstep_admitted_sequences{model="smol"}'), 0)
             self.assertEqual(metric(srv, 'lockstep_kv_blocks_free{model="smol"}'), total)
             # Both kept requests' tokens and the long one's few: it did not run to 900.
