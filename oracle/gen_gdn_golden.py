@@ -114,7 +114,9 @@ def save_tokenizer(d):
     tok.train_from_iterator(text, trainer)
     tok.save(os.path.join(d, "tokenizer.json"))
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        # lockstep's tokenizer wants a bos id in the GGUF (Qwen adds none: add_bos_token false).
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+                   "bos_token": "<|endoftext|>", "add_bos_token": False,
                    "model_max_length": 256}, f)
 
 

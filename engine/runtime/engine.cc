@@ -45,6 +45,7 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;
   int64_t n_prompt = 0;
   models::SeqKv kv;               // kv.n_tokens == tokens whose K/V are cached
+  int32_t lane = -1;              // hybrid models: its recurrent-state lane while running
   std::unique_ptr<spec::DraftState> draft_state;
   int k = 0;                      // the current draft length (adaptive)
   std::vector<int32_t> draft;     // this step's proposal
@@ -120,6 +121,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const models::Model& mode
         " tokens (", block_bytes, " bytes each); one context of ", o.ctx, " tokens needs ",
         need_one, " blocks (", need_one * block_bytes, " bytes): raise --kv-mb or lower --ctx"));
   }
+  const bool hybrid = c.gdn.present();
+  if (hybrid && o.prefix_cache_bytes > 0) {
+    // A cached prefix would need the recurrent state at its end too (docs/models.md).
+    return absl::UnimplementedError(absl::StrCat(
+        c.arch, " has recurrent (Gated DeltaNet) layers: the prefix cache does not hold their "
+                "state yet; turn it off (prefix_cache_bytes / --prefix-cache-mb 0)"));
+  }
   std::unique_ptr<Engine> e(new Engine(model, tok, be, o));
   models::RunnerOptions ro;
   ro.max_step_tokens = o.max_step_tokens;
@@ -132,6 +140,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const models::Model& mode
   ro.link = o.pp_link;
   ro.micro_batches = o.pp_micro_batches;
   ro.timeout_ms = o.pp_timeout_ms;
+  if (hybrid) {
+    e->states_ = std::make_unique<models::StatePool>(o.max_running, o.max_spec_k);
+    ro.n_state_slots = e->states_->n_slots();
+  }
   ASSIGN_OR_RETURN(e->runner_, models::Runner::Create(model, be, ro));
   e->pool_ = std::make_unique<models::KvPool>(n_blocks, o.block_size);
   const uint64_t salt = (static_cast<uint64_t>(o.k_format) << 8) | static_cast<uint64_t>(o.v_format);
@@ -156,6 +168,11 @@ absl::StatusOr<int64_t> Engine::Submit(Request r) {
                                                      " exceeds this engine's maximum K ",
                                                      options_.max_spec_k));
     }
+  }
+  if (states_ != nullptr && !r.session.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "request field session (\"", r.session, "\"): ", c.arch, " has recurrent layers, whose "
+        "state parked sessions do not hold yet"));
   }
   // One rule for every mode: the prompt and every token it may generate fit the context.
   const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
@@ -241,6 +258,7 @@ void Engine::PreemptSeq(Sequence& s) {
   // Recompute later: the tokens stay (prompt + generated), the KV goes. The next prefill runs
   // over all of them, and by chunk invariance yields the same bits as the KV it replaces.
   models::ReleaseKv(*pool_, s.kv);
+  ReleaseLane(s);  // the recompute starts from position 0, whose state is zeros
   s.admitted_once = false;
   ++s.result.preemptions;
   ++stats_.preemptions;
@@ -273,6 +291,7 @@ absl::Status Engine::ReserveOrMakeRoom(Sequence& s, int64_t n_total) {
 void Engine::Cancel(int64_t id) {
   auto finish = [&](std::unique_ptr<Sequence>& s) {
     models::ReleaseKv(*pool_, s->kv);
+    ReleaseLane(*s);
     s->result.cancelled = true;
     s->result.gen.tokens.assign(s->tokens.begin() + s->n_prompt, s->tokens.end());
     finished_.push_back(std::move(s->result));
@@ -329,6 +348,7 @@ void Engine::Finish(Sequence& s, std::vector<RequestResult>* out) {
   prefix_->Insert(std::span<const int32_t>(s.tokens.data(), s.kv.n_tokens), s.kv.blocks);
   ParkSession(s);
   models::ReleaseKv(*pool_, s.kv);
+  ReleaseLane(s);
   s.draft_state.reset();
   out->push_back(std::move(s.result));
 }
@@ -405,6 +425,12 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
   // Roll back: keep the pending token and the accepted drafts; the last emitted token is the
   // new pending one.
   models::TruncateKv(*pool_, s.kv, base + 1 + accepted);
+  if (s.lane >= 0 && accepted < n_draft) {
+    // The recurrent state ran over every draft token; the checkpoint after fed token `accepted`
+    // (the pending token is fed token 0) is the state at the last kept position.
+    RETURN_IF_ERROR(runner_->CopyState(states_->CheckpointSlot(s.lane, accepted),
+                                       states_->StateSlot(s.lane)));
+  }
   if (s.req.drafter != nullptr && s.req.spec.adaptive) {
     s.k = (accepted == n_draft) ? std::min(s.k + 1, s.req.spec.k) : std::max(1, accepted + 1);
   }
@@ -416,6 +442,10 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
   // Admission: the running set grows from the head of the queue.
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
     RETURN_IF_ERROR(Admit(*waiting_.front()));
+    if (states_ != nullptr) {
+      // max_running lanes: one is free whenever the running set has room.
+      ASSIGN_OR_RETURN(waiting_.front()->lane, states_->Allocate());
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -473,9 +503,23 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
   if (plan.empty()) return out;
 
   std::vector<models::StepEntry> entries;
-  for (const Planned& p : plan) {
+  std::vector<std::vector<int32_t>> checkpoints(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Planned& p = plan[i];
     const bool reaches_end = p.start + p.n_feed == static_cast<int64_t>(p.s->tokens.size());
     entries.push_back({p.fed, p.start, p.s->kv.blocks, reaches_end ? 1 + p.n_draft : 0});
+    if (p.s->lane >= 0) {
+      entries.back().state_slot = states_->StateSlot(p.s->lane);
+      if (p.n_draft > 0) {
+        // The state after each fed token but the last (which the live slot keeps).
+        std::vector<int32_t>& c = checkpoints[i];
+        c.assign(p.fed.size(), -1);
+        for (int j = 0; j < p.n_draft; ++j) {
+          c[p.fed.size() - 1 - p.n_draft + j] = states_->CheckpointSlot(p.s->lane, j);
+        }
+        entries.back().state_checkpoints = c;
+      }
+    }
   }
   std::vector<float> logits;
   RETURN_IF_ERROR(runner_->Forward(entries, &logits));
@@ -543,6 +587,11 @@ std::vector<RequestResult> Engine::TakeFinished() {
   std::vector<RequestResult> out;
   out.swap(finished_);
   return out;
+}
+
+void Engine::ReleaseLane(Sequence& s) {
+  if (states_ != nullptr && s.lane >= 0) states_->Free(s.lane);
+  s.lane = -1;
 }
 
 void Engine::ClearCaches() {

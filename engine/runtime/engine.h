@@ -27,6 +27,7 @@
 #include "engine/backend/backend.h"
 #include "engine/models/kv_pool.h"
 #include "engine/models/runner.h"
+#include "engine/models/state_pool.h"
 #include "engine/runtime/generate.h"
 #include "engine/runtime/prefix_cache.h"
 #include "engine/sampling/sampler.h"
@@ -164,6 +165,11 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<models::Runner> runner_;
   std::unique_ptr<models::KvPool> pool_;
+  // Hybrid (Gated DeltaNet) models: a recurrent-state lane per running sequence, with K
+  // checkpoint slots for speculative rollback (state_pool.h). Null for attention-only models.
+  std::unique_ptr<models::StatePool> states_;
+  // Hands a sequence's state lane back (no-op without one).
+  void ReleaseLane(Sequence& s);
   std::unique_ptr<PrefixCache> prefix_;
   struct Parked {
     models::SeqKv kv;
