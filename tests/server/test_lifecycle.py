@@ -108,6 +108,30 @@ class Lifecycle(unittest.TestCase):
             # Both kept requests' tokens and the long one's few: it did not run to 900.
             self.assertLess(metric(srv, "lockstep_generated_tokens_total"), 400)
 
+    def test_stream_closed_during_prefill_generates_nothing(self):
+        # A stream has nothing to write while its prompt is prefilled, so no failed write can
+        # tell that its client left: the socket is looked at, and the prefill stops there.
+        with serve("--model", f"smol={MODEL}", "--ctx", "2048", "--step-tokens", "64",
+                   "--prefix-cache-mb", "0", "--max-sessions", "0") as srv:
+            total = metric(srv, 'lockstep_kv_blocks_free{model="smol"}')
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps(dict(
+                model="smol", prompt="word " * 1800, max_tokens=16, temperature=0, stream=True)),
+                {"Content-Type": "application/json"})
+            self.assertEqual(conn.getresponse().status, 200)
+            deadline = time.time() + 30
+            while metric(srv, 'lockstep_kv_blocks_used{model="smol"}') == 0:
+                self.assertLess(time.time(), deadline, "the prefill never started")
+                time.sleep(0.02)
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            deadline = time.time() + 30
+            while time.time() < deadline and metric(srv, 'lockstep_admitted_sequences{model="smol"}'):
+                time.sleep(0.05)
+            self.assertEqual(metric(srv, 'lockstep_admitted_sequences{model="smol"}'), 0)
+            self.assertEqual(metric(srv, 'lockstep_kv_blocks_free{model="smol"}'), total)
+            self.assertEqual(metric(srv, "lockstep_generated_tokens_total"), 0)
+
     def test_sigterm_drains(self):
         with serve("--model", f"smol={MODEL}", "--ctx", "512") as srv:
             conn, resp = open_stream(srv, dict(BODY, max_tokens=120))
