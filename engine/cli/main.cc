@@ -53,7 +53,9 @@ void RejectUnknownEnv(const CLI::App& app) {
   std::set<std::string> known = {"LOCKSTEP_CACHE_DIR",          "LOCKSTEP_BISECT_BUILD",
                                  "LOCKSTEP_BISECT_VERIFY",      "LOCKSTEP_BISECT_WORK",
                                  "LOCKSTEP_BUILD_DIR",          "LOCKSTEP_PROPERTY_CASES",
-                                 "LOCKSTEP_PROPERTY_MIN_CASES", "LOCKSTEP_PROPERTY_SMOL_CASES"};
+                                 "LOCKSTEP_PROPERTY_MIN_CASES", "LOCKSTEP_PROPERTY_SMOL_CASES",
+                                 // read by the cpu backend (cpu_dot_kernels.h: BestDotIsa)
+                                 "LOCKSTEP_CPU_ISA"};
   CollectEnvNames(app, known);
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;

@@ -215,5 +215,67 @@ TEST(CpuMatMulFast, TypeWithoutCodecIsAnErrorNotAnAbort) {
   std::printf("[ covered  ] %d types without a codec\n", checked);
 }
 
+
+// GluRows (cpu_act_impl.h) against the double formula with libm's exp and tanh (the ref
+// backend's, oracle/ref_backend.cc), rounded to float: within 1 ulp of it plus 2^-50 |g up| (the
+// oracle's own 1 + tanh cancels for g << 0, by up to a few 2^-53; the kernel's exp is ~1e-14
+// relative; kGluRtol allows 16 * 2^-24 |g up|), NaN where it is NaN; and the same bits
+// from every isa build. Inputs include +-0, +-Inf, NaN, subnormals and saturated tails.
+TEST(CpuGlu, WithinOneUlpOfTheDoubleFormulaAndEqualAcrossIsas) {
+  std::mt19937_64 rng(RunSeed() ^ 0x53u);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> gate, up;
+  const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-30f, 30.0f, -30.0f, 88.0f, -88.0f,
+                            200.0f, -200.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()};
+  for (float g : specials) gate.push_back(g), up.push_back(u(rng) * 4.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float scale = (i % 3 == 0) ? 16.0f : (i % 3 == 1) ? 2.0f : 0.01f;
+    gate.push_back(u(rng) * scale);
+    up.push_back(u(rng) * 4.0f);
+  }
+  const int64_t n = static_cast<int64_t>(gate.size());
+  for (bool gelu : {false, true}) {
+    std::vector<float> want(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[i];
+      const double a = gelu ? 0.5 * g * (1.0 + std::tanh(0.7978845608028654 *
+                                                            (g + 0.044715 * g * g * g)))
+                            : g / (1.0 + std::exp(-g));
+      want[i] = static_cast<float>(a * double{up[i]});
+    }
+    std::vector<float> first;
+    for (DotIsa isa : AvailableIsas()) {
+      std::vector<float> got(n, 12345.0f);
+      backend::cpu::GluRows(isa, gelu, gate.data(), up.data(), got.data(), n);
+      int bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool ok = std::isnan(want[i])
+                            ? std::isnan(got[i])
+                            : (got[i] == want[i] ||
+                               std::fabs(double{got[i]} - want[i]) <=
+                                   std::fabs(double{want[i]}) * 0x1p-23 + 0x1p-149 +
+                                       0x1p-50 * std::fabs(double{gate[i]} * up[i]));
+        if (!ok && ++bad <= 3) {
+          ADD_FAILURE() << (gelu ? "gelu" : "silu") << " isa=" << backend::cpu::DotIsaName(isa)
+                        << " g=" << gate[i] << " up=" << up[i] << ": want " << want[i]
+                        << " got " << got[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_EQ(CountBitDiffs(first, got, absl::StrFormat("glu isa=%s vs %s",
+                                                            backend::cpu::DotIsaName(isa),
+                                                            backend::cpu::DotIsaName(AvailableIsas()[0])),
+                                /*nan_payloads_free=*/true),
+                  0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

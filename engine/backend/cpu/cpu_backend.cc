@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/backend/cpu/cpu_dot_kernels.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 
 namespace lockstep::backend {
@@ -98,26 +99,15 @@ absl::Status CpuBackend::GatherRows(Tensor x, Tensor out) {
 }
 
 // out[i] = act(gate[i]) * up[i].   [n, d]
+// Element-wise in double with a polynomial exp, rounded once (cpu_act_impl.h): libm's scalar
+// expm1f/tanhf were a third of the matmul time of a Gemma 3 prefill (docs/performance.md).
 absl::Status CpuBackend::Glu(Tensor gate, Tensor up, Activation act, Tensor out) {
   if (absl::Status s = CheckSameShape("cpu Glu", "gate", gate, "up", up); !s.ok()) return s;
   if (absl::Status s = CheckSameShape("cpu Glu", "gate", gate, "out", out); !s.ok()) return s;
-  constexpr float kSqrt2OverPi = static_cast<float>(0.7978845608028654);  // sqrt(2 / pi)
-  const float* g_ = gate.data;
-  const float* u_ = up.data;
-  float* o_ = out.data;
+  const bool gelu = act == Activation::kGeluTanh;
+  const cpu::DotIsa isa = cpu::BestDotIsa();
   pool_.ParallelFor(gate.size(), kMinElementsPerChunk, [&](int64_t begin, int64_t end) {
-    if (act == Activation::kSilu) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = g_[i];
-        o_[i] = g / (1.0f + std::exp(-g)) * u_[i];
-      }
-    } else {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = g_[i];
-        const float inner = kSqrt2OverPi * (g + 0.044715f * g * g * g);
-        o_[i] = 0.5f * g * (1.0f + std::tanh(inner)) * u_[i];
-      }
-    }
+    cpu::GluRows(isa, gelu, gate.data + begin, up.data + begin, out.data + begin, end - begin);
   });
   return absl::OkStatus();
 }

@@ -27,10 +27,15 @@
 #define LOCKSTEP_DOT_AVX2 1
 #define LOCKSTEP_DOT_NS avx2
 #include "engine/backend/cpu/cpu_dot_impl.h"
+#include "engine/backend/cpu/cpu_act_impl.h"
 #undef LOCKSTEP_DOT_NS
 #undef LOCKSTEP_DOT_AVX2
 
 namespace lockstep::backend::cpu {
+
+void GluRowsAvx2(bool gelu, const float* gate, const float* up, float* out, int64_t n) {
+  avx2::GluRowsImpl(gelu, gate, up, out, n);
+}
 
 void DotMatMulRowsAvx2(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end) {
   avx2::DotMatMulRowsImpl(a, row_begin, row_end);

@@ -35,11 +35,16 @@
 #define LOCKSTEP_DOT_AVX2 1
 #define LOCKSTEP_DOT_NS avx512
 #include "engine/backend/cpu/cpu_dot_impl.h"
+#include "engine/backend/cpu/cpu_act_impl.h"
 #include "engine/backend/cpu/cpu_dot_impl512.h"
 #undef LOCKSTEP_DOT_NS
 #undef LOCKSTEP_DOT_AVX2
 
 namespace lockstep::backend::cpu {
+
+void GluRowsAvx512(bool gelu, const float* gate, const float* up, float* out, int64_t n) {
+  avx512::GluRowsImpl(gelu, gate, up, out, n);
+}
 
 void DotMatMulRowsAvx512(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end) {
   avx512::DotMatMulRows512(a, row_begin, row_end);

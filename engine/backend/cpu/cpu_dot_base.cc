@@ -17,10 +17,15 @@
 #define LOCKSTEP_DOT_AVX2 0
 #define LOCKSTEP_DOT_NS base
 #include "engine/backend/cpu/cpu_dot_impl.h"
+#include "engine/backend/cpu/cpu_act_impl.h"
 #undef LOCKSTEP_DOT_NS
 #undef LOCKSTEP_DOT_AVX2
 
 namespace lockstep::backend::cpu {
+
+void GluRowsBase(bool gelu, const float* gate, const float* up, float* out, int64_t n) {
+  base::GluRowsImpl(gelu, gate, up, out, n);
+}
 
 void DotMatMulRowsBase(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end) {
   base::DotMatMulRowsImpl(a, row_begin, row_end);

@@ -98,4 +98,19 @@ void DotMatMulRows(DotIsa isa, const DotMatMulArgs& a, int64_t row_begin, int64_
   }
 }
 
+void GluRows(DotIsa isa, bool gelu, const float* gate, const float* up, float* out, int64_t n) {
+  if (!DotIsaAvailable(isa)) {
+    std::fprintf(stderr, "cpu glu kernels: %s is not available on this machine\n",
+                 DotIsaName(isa));
+    std::abort();
+  }
+  if (isa == DotIsa::kAvx512) {
+    GluRowsAvx512(gelu, gate, up, out, n);
+  } else if (isa == DotIsa::kAvx2) {
+    GluRowsAvx2(gelu, gate, up, out, n);
+  } else {
+    GluRowsBase(gelu, gate, up, out, n);
+  }
+}
+
 }  // namespace lockstep::backend::cpu

@@ -48,4 +48,11 @@ void DotMatMulRowsBase(const DotMatMulArgs& a, int64_t row_begin, int64_t row_en
 void DotMatMulRowsAvx2(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end);
 void DotMatMulRowsAvx512(const DotMatMulArgs& a, int64_t row_begin, int64_t row_end);
 
+// out[i] = act(gate[i]) * up[i] for i < n, act = gelu-tanh (gelu) or silu, in double with a
+// polynomial exp (cpu_act_impl.h); every isa gives the same bits.
+void GluRows(DotIsa isa, bool gelu, const float* gate, const float* up, float* out, int64_t n);
+void GluRowsBase(bool gelu, const float* gate, const float* up, float* out, int64_t n);
+void GluRowsAvx2(bool gelu, const float* gate, const float* up, float* out, int64_t n);
+void GluRowsAvx512(bool gelu, const float* gate, const float* up, float* out, int64_t n);
+
 }  // namespace lockstep::backend::cpu
