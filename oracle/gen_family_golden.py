@@ -43,6 +43,7 @@ PROMPTS = [[5], [1, 17, 200, 3, 99, 45, 250], [7, 7, 7, 300, 12, 1, 2, 3, 64, 12
 DECODE_PROMPT = [11, 42, 250, 3, 77, 19]
 DECODE_CONTINUATION = [5, 300, 64, 64, 1, 128, 17, 9, 280, 33]
 MIN_ROUTER_MARGIN = 1e-3
+MERGES = [("h", "e"), ("l", "l"), ("\u0120", "t"), ("i", "n")]  # "\u0120" is GPT-2's space symbol
 CONVERTER = os.environ.get("LOCKSTEP_CONVERTER",
                            "/root/.cache/lockstep/peer/0.3.36/src/convert_hf_to_gguf.py")
 
@@ -98,11 +99,14 @@ def bytes_to_unicode():
 
 
 def save_tokenizer(d):
-    """A byte-level BPE with no merges: ids 0..255 the GPT-2 byte symbols, 256 <|endoftext|>."""
+    """A byte-level BPE: ids 0..255 the GPT-2 byte symbols, 256 <|endoftext|>, then the results of
+    MERGES (lockstep's and llama.cpp's BPE loaders require tokenizer.ggml.merges)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     vocab = {ch: b for b, ch in bytes_to_unicode().items()}
     vocab["<|endoftext|>"] = 256
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    for a, b in MERGES:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=MERGES))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
