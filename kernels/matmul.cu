@@ -1,6 +1,6 @@
 // Quantized matmul, two routes with one per-element reduction order (matmul.h states it).
 //
-// Decode route (MatmulDecodeKernel, T <= 8): a warp owns 4 * R rows (R = 1, 2 or 4 by shape);
+// Decode route (MatmulDecodeKernel, T <= 6 in auto): a warp owns 4 * R rows (R = 1, 2 or 4 by shape);
 // lane = 8 * slice + class runs the class chains of R rows, so each activation load serves R
 // rows. Weights stream into a per-warp ring of shared-memory slots by cp.async, 3 steps ahead.
 // Each lane decodes its chunk 8 elements at a time and runs the fma chains for up to 8 tokens;
@@ -41,6 +41,10 @@ using namespace matmul_internal;  // kernels/matmul_weights.cuh
 // and build each weight with the exact operations of DecodeBlock (see DecFrag below); the other
 // types run WT<kType>::Decode on the staged group.
 constexpr int kDecTT = 8;       // tokens per decode CTA (grid.y tiles T)
+// The auto route's decode/tiled boundary: at T = 8 the tiled route was as fast or faster on every
+// Llama-3-8B matrix (4096 x 4096 0.114 against 0.140 ms), at T = 4 the decode route was faster on
+// all (0.080 against 0.111 ms); the boundary is set between (docs/kernels.md run 7).
+constexpr int64_t kDecodeMaxT = 6;
 constexpr int kDecStages = 4;   // ring depth per warp
 constexpr int kDecSlices = 4;   // row slices per warp (lane = 8 * slice + class)
 constexpr int kDecMaxWarpSmem = 72 * 1024;
@@ -236,12 +240,8 @@ template <uint32_t kType, int kTT, int kR>
 __global__ void __launch_bounds__(128)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                        const float* __restrict__ x, int64_t T, float* __restrict__ y,
-                       float w_scale, int unit, int x_smem_bytes, int pipe) {
+                       float w_scale, int unit, int x_smem_bytes) {
   using G = DecGeom<kType, kR>;
-  // The types with a register-sized fragment (DecFrag specializations) can hold the next
-  // group's fragment while the current one is computed (pipe != 0: docs/kernels.md, run 7).
-  constexpr bool kPipe = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q8_0 ||
-                         kType == (uint32_t)q::Type::Q6_K;
   extern __shared__ __align__(16) uint8_t dyn_smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -250,17 +250,21 @@ __global__ void __launch_bounds__(128)
   // T = 1 with x_smem_bytes > 0: the activation row is copied once per CTA into shared memory,
   // chunk c at floats [36 c, 36 c + 32) (the pad puts the 8 classes' chunks on different banks),
   // and read from there instead of through L1; the values and the arithmetic are the same.
+  // The copy is 16-byte cp.async (every load in flight at once: a load-then-store loop waited
+  // one L2 round trip per iteration), committed as the first group, and awaited after the
+  // weight ring's prologue has been issued, so the two latencies overlap (docs/kernels.md run 7).
   const bool xs_on = kTT == 1 && x_smem_bytes > 0;
   float* xs = reinterpret_cast<float*>(dyn_smem);
   if (xs_on) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-      *reinterpret_cast<float4*>(xs + (i / 8) * 36 + (i % 8) * 4) = __ldg(x4 + i);
+      CpAsync16(xs + (i / 8) * 36 + (i % 8) * 4, x4 + i);
     }
-    __syncthreads();
+    CpCommit();
   }
-  if (row0 >= rows) return;  // whole warp
-  const int rows_here = (int)Min64(G::kRows, rows - row0);
+  // A warp past the last row issues no copies but stays for the CTA barrier below.
+  const bool active = row0 < rows;
+  const int rows_here = active ? (int)Min64(G::kRows, rows - row0) : 0;
   const int64_t t0 = (int64_t)blockIdx.y * kTT;
   const int n_tok = (int)Min64(kTT, T - t0);
   const int64_t n_chunks = cols / kChunk;
@@ -321,112 +325,69 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int t = 0; t < kTT; ++t) acc[r][t] = 0.0f;
 
-  const float* xl = x + t0 * cols;
-  // One chunk (class cls, chunk index c) of the kR rows' fragments: the 32 fmas per row and
-  // token, elements in increasing order (the contract's chain).
-  auto chunk_fma = [&](const DecFrag<kType> (&f)[kR], int64_t c) {
-    const float* xc = xl + c * kChunk;
-#pragma unroll
-    for (int qd = 0; qd < 4; ++qd) {
-      float wq[kR][8];
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        switch (qd) {
-          case 0: f[r].template Quarter<0>(wq[r]); break;
-          case 1: f[r].template Quarter<1>(wq[r]); break;
-          case 2: f[r].template Quarter<2>(wq[r]); break;
-          default: f[r].template Quarter<3>(wq[r]); break;
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kTT; ++t) {
-        if (kTT == 1 || t < n_tok) {
-          float4 x0, x1;
-          if (xs_on) {
-            const float4* xp = reinterpret_cast<const float4*>(xs + c * 36 + 8 * qd);
-            x0 = xp[0], x1 = xp[1];
-          } else {
-            const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
-            x0 = __ldg(xp), x1 = __ldg(xp + 1);
-          }
-          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-          for (int r = 0; r < kR; ++r) {
-            float a = acc[r][t];
-#pragma unroll
-            for (int e = 0; e < 8; ++e) a = __fmaf_rn(wq[r][e], xv[e], a);
-            acc[r][t] = a;
-          }
-        }
-      }
-    }
-  };
-
 #pragma unroll
   for (int s = 0; s < G::kStages - 1; ++s) {
     if (s < n_steps) issue(s, s);
     CpCommit();
   }
-  if (kPipe && pipe) {
-    // Software-pipelined: the fragments of group i + 1 are read from shared memory before group
-    // i's fmas run, so their latency hides behind them. Step s + 1 is awaited at step s's last
-    // group (cp.async groups: one per step; after step s's commit, kStages - 2 pending means
-    // steps 0..s+1 have landed). Same values, same chains: bits as the plain loop.
-    CpWait<G::kStages - 2>();
+  if (xs_on) {
+    CpWait<G::kStages - 1>();  // the activation group (the oldest) has landed
+    __syncthreads();
+  }
+  if (!active) return;  // whole warp
+  const float* xl = x + t0 * cols;
+  for (int64_t step = 0; step < n_steps; ++step) {
+    const int64_t nxt = step + G::kStages - 1;
+    if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
+    CpCommit();
+    CpWait<G::kStages - 1>();
     __syncwarp();
-    DecFrag<kType> f[kR];
-    {
-      const uint8_t* slot0 = ring + sl * kR * G::kRowPad;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) f[r].Load(slot0 + r * G::kRowPad, cls);
-    }
-    for (int64_t step = 0; step < n_steps; ++step) {
-      // The slot refilled now held step - 1, whose reads every lane has finished.
-      __syncwarp();
-      const int64_t nxt = step + G::kStages - 1;
-      if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
-      CpCommit();
-      const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
+    const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
 #pragma unroll 1
-      for (int s = 0; s < G::kS; ++s) {
-        DecFrag<kType> fn[kR];
-        if (s + 1 < G::kS) {
+    for (int s = 0; s < G::kS; ++s) {
+      const int64_t c = (step * G::kS + s) * kClasses + cls;
+      if (c < n_chunks) {
+        DecFrag<kType> f[kR];
 #pragma unroll
-          for (int r = 0; r < kR; ++r) fn[r].Load(slot + r * G::kRowPad + (s + 1) * G::kGB, cls);
-        } else if (step + 1 < n_steps) {
-          CpWait<G::kStages - 2>();
-          __syncwarp();
-          const uint8_t* ns =
-              ring + (int)((step + 1) % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
+        for (int r = 0; r < kR; ++r) f[r].Load(slot + r * G::kRowPad + s * G::kGB, cls);
+        const float* xc = xl + c * kChunk;
 #pragma unroll
-          for (int r = 0; r < kR; ++r) fn[r].Load(ns + r * G::kRowPad, cls);
-        }
-        const int64_t c = (step * G::kS + s) * kClasses + cls;
-        if (c < n_chunks) chunk_fma(f, c);
+        for (int qd = 0; qd < 4; ++qd) {
+          float wq[kR][8];
 #pragma unroll
-        for (int r = 0; r < kR; ++r) f[r] = fn[r];
-      }
-    }
-  } else {
-    for (int64_t step = 0; step < n_steps; ++step) {
-      const int64_t nxt = step + G::kStages - 1;
-      if (nxt < n_steps) issue(nxt, (int)(nxt % G::kStages));
-      CpCommit();
-      CpWait<G::kStages - 1>();
-      __syncwarp();
-      const uint8_t* slot = ring + (int)(step % G::kStages) * G::kSlotBytes + sl * kR * G::kRowPad;
-#pragma unroll 1
-      for (int s = 0; s < G::kS; ++s) {
-        const int64_t c = (step * G::kS + s) * kClasses + cls;
-        if (c < n_chunks) {
-          DecFrag<kType> f[kR];
+          for (int r = 0; r < kR; ++r) {
+            switch (qd) {
+              case 0: f[r].template Quarter<0>(wq[r]); break;
+              case 1: f[r].template Quarter<1>(wq[r]); break;
+              case 2: f[r].template Quarter<2>(wq[r]); break;
+              default: f[r].template Quarter<3>(wq[r]); break;
+            }
+          }
 #pragma unroll
-          for (int r = 0; r < kR; ++r) f[r].Load(slot + r * G::kRowPad + s * G::kGB, cls);
-          chunk_fma(f, c);
+          for (int t = 0; t < kTT; ++t) {
+            if (kTT == 1 || t < n_tok) {
+              float4 x0, x1;
+              if (xs_on) {
+                const float4* xp = reinterpret_cast<const float4*>(xs + c * 36 + 8 * qd);
+                x0 = xp[0], x1 = xp[1];
+              } else {
+                const float4* xp = reinterpret_cast<const float4*>(xc + t * cols + 8 * qd);
+                x0 = __ldg(xp), x1 = __ldg(xp + 1);
+              }
+              const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+              for (int r = 0; r < kR; ++r) {
+                float a = acc[r][t];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a = __fmaf_rn(wq[r][e], xv[e], a);
+                acc[r][t] = a;
+              }
+            }
+          }
         }
       }
-      __syncwarp();
     }
+    __syncwarp();
   }
   CpWait<0>();
   // Tree over the 8 classes of a row: xor 4 gives a0+a4 on lane 0 (a4+a0 on lane 4: the same
@@ -589,17 +550,6 @@ bool DecodeXSmem() {
   return on;
 }
 
-// The software-pipelined fragment loop of the decode route: on unless LOCKSTEP_DECODE_PIPE=0
-// (read once; both give the same bits: kernel_check's matmul-invariance compares the decode
-// route with the tiled route, which has no such loop).
-bool DecodePipe() {
-  static const bool on = [] {
-    const char* e = std::getenv("LOCKSTEP_DECODE_PIPE");
-    return !(e != nullptr && e[0] == '0' && e[1] == 0);
-  }();
-  return on;
-}
-
 int SmCount() {
   static int n = [] {
     int dev = 0, v = 0;
@@ -641,27 +591,36 @@ cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t 
   }
   const dim3 grid((unsigned)((warps + nw - 1) / nw), (unsigned)((T + kTT - 1) / kTT));
   MatmulDecodeKernel<kType, kTT, kR><<<grid, nw * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y,
-                                                                       w_scale, unit, x_smem,
-                                                                       DecodePipe() ? 1 : 0);
+                                                                       w_scale, unit, x_smem);
   return cudaGetLastError();
 }
 
-// Rows per lane: r_force when the caller forces it (the check tool), else by row count (measured
-// on the H200, Q4_K T = 1: 14336 rows best at 4, 4096 rows at 2, 1024 rows at 1): 4 when that
-// still gives every SM 6 warps, 2 when it gives 3, else 1; within the per-warp shared-memory
-// budget; types decoded by WT<>::Decode hold 32 floats per row and stop at 2.
+// Rows per lane: r_force when the caller forces it (the check tool), else by type, T and row
+// count, as measured on the H200 (docs/kernels.md run 7, `LOCKSTEP_BENCH=decode kernel_check
+// --bench-only`, every mapping forced per Llama-3-8B matrix): Q4_K and Q8_0 take 4 rows per lane
+// when that still gives every SM 6 warps (14336 rows), else 1 at T = 1 (4096 x 4096 16.1 us at 1
+// against 17.6 at 2; 4096 x 14336 42.3 against 52.4) and 2 at T > 1; Q6_K takes 1 at T = 1 (its
+// 2-row kernel holds 168+ registers) and 2 at T > 1. The other types (WT<>::Decode, 32 floats per
+// row) keep 2 when that gives every SM 3 warps, else 1. All within the per-warp shared memory.
 template <uint32_t kType>
 cudaError_t LaunchDecode(const uint8_t* w, int64_t rows, int64_t cols, int64_t row_bytes, const float* x,
                          int64_t T, float* y, float w_scale, int r_force, cudaStream_t stream) {
   constexpr bool kFast = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q8_0 ||
                         kType == (uint32_t)q::Type::Q6_K;
+  constexpr bool kQ6 = kType == (uint32_t)q::Type::Q6_K;
+  constexpr bool kFits4 = DecGeom<kType, 4>::kWarpSmem <= kDecMaxWarpSmem / 2;
+  constexpr bool kFits2 = DecGeom<kType, 2>::kWarpSmem <= kDecMaxWarpSmem / 2;
   int r = r_force;
   if (r == 0) {
     const int64_t sms = SmCount();
     r = 1;
-    if (kFast && DecGeom<kType, 4>::kWarpSmem <= kDecMaxWarpSmem / 2 && (rows + 15) / 16 >= 6 * sms) {
-      r = 4;
-    } else if (DecGeom<kType, 2>::kWarpSmem <= kDecMaxWarpSmem / 2 && (rows + 7) / 8 >= 3 * sms) {
+    if (kFast) {
+      if (!kQ6 && kFits4 && (rows + 15) / 16 >= 6 * sms) {
+        r = 4;
+      } else if (T > 1 && kFits2) {
+        r = 2;
+      }
+    } else if (kFits2 && (rows + 7) / 8 >= 3 * sms) {
       r = 2;
     }
   }
@@ -685,7 +644,7 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   const int64_t row_bytes = cols / WT<kType>::kBE * WT<kType>::kBB;
   const int64_t tail_bytes = row_bytes % kGB;
   const int unit = PickUnit(w, row_bytes, tail_bytes, kGB);
-  if (route == MatmulRoute::kAuto) route = T <= kDecTT ? MatmulRoute::kDecode : MatmulRoute::kTiled;
+  if (route == MatmulRoute::kAuto) route = T <= kDecodeMaxT ? MatmulRoute::kDecode : MatmulRoute::kTiled;
   if (route != MatmulRoute::kTiled) {
     int r_force = 0;
     if (route == MatmulRoute::kDecodeRows1) r_force = 1;
