@@ -17,6 +17,7 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/engine_flags.h"
 #include "engine/cli/model_io.h"
+#include "engine/core/sha256.h"
 #include "engine/store/model_store.h"
 
 #include "engine/server/server.h"
@@ -139,7 +140,7 @@ void RegisterServe(CLI::App& app) {
       std::string line;
       while (std::getline(in, line)) {
         while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-        if (!line.empty()) so.api_key_sha256.insert(server::Sha256Hex(line));
+        if (!line.empty()) so.api_key_sha256.insert(core::Sha256Hex(line));
       }
       if (so.api_key_sha256.empty()) {
         throw CliError(2, "--api-key-file " + a->api_key_file + " holds no key (one per line)");
@@ -209,7 +210,7 @@ void RegisterServe(CLI::App& app) {
         templates.erase(it);
       }
       const gguf::File& f = lm.model->file();
-      const std::string sha = server::Sha256Hex(
+      const std::string sha = core::Sha256Hex(
           std::string_view(reinterpret_cast<const char*>(f.bytes()), f.file_size()));
       const runtime::EngineOptions& o = (*engine)->options();
       const bool has_template = !sm->chat_template.empty() || f.Find("tokenizer.chat_template") != nullptr;

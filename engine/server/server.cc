@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/sha256.h"
 #include "engine/server/server_internal.h"
 #include "httplib.h"
 
@@ -161,7 +162,7 @@ bool Server::Impl::Authorized(const httplib::Request& req, httplib::Response& re
   const std::string h = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
   // Only the hash of what was sent is compared or kept; the key itself is never logged.
-  if (h.rfind(prefix, 0) == 0 && options.api_key_sha256.count(Sha256Hex(h.substr(prefix.size())))) {
+  if (h.rfind(prefix, 0) == 0 && options.api_key_sha256.count(core::Sha256Hex(h.substr(prefix.size())))) {
     return true;
   }
   ApiError e;

