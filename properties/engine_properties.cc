@@ -113,6 +113,8 @@ runtime::EngineOptions GenEngineOptions(const Env& env, int64_t ctx, int n_reque
   const int64_t one = (ctx + o.block_size - 1) / o.block_size;
   o.kv_bytes = block_bytes * (one + *rc::gen::element<int64_t>(0, 1, one, 4 * one));
   o.prefix_cache_bytes = block_bytes * *rc::gen::element<int64_t>(0, 8, 64);
+  // Hybrid models refuse the prefix cache by name (their recurrent state is not cached yet).
+  if (env.model->config().gdn.present()) o.prefix_cache_bytes = 0;
   return o;
 }
 
@@ -225,6 +227,16 @@ LOCKSTEP_PROPERTY(Engine, RequestsInTheLoopEqualAloneTiny, 150, Weight::kTiny, (
   const std::string arch = *rc::gen::elementOf(archs);
   backend::Backend& be = *rc::gen::element(0, 1) == 0 ? Cpu(1) : Cpu(3);
   CheckEngineBatch(TinyEnv(arch, be), 6, 20, 12, arch);
+}
+
+// The hybrid GDN models: batched, chunked (random step budgets), preempted, cancelled and
+// speculative (n-gram; greedy, coupled, reject) requests equal alone, through the state lanes
+// and the checkpoint restore of a rejected draft (docs/models.md).
+LOCKSTEP_PROPERTY(Engine, RequestsInTheLoopEqualAloneHybrid, 100, Weight::kTiny, ()) {
+  static const std::vector<std::string> archs(std::begin(kHybridArchs), std::end(kHybridArchs));
+  const std::string arch = *rc::gen::elementOf(archs);
+  backend::Backend& be = *rc::gen::element(0, 1) == 0 ? Cpu(1) : Cpu(3);
+  CheckEngineBatch(TinyEnv(arch, be), 5, 20, 12, "");
 }
 
 // The real model, with the cpu backend splitting rows over threads, and every KV format.

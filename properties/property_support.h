@@ -112,7 +112,10 @@ inline void Must(const absl::Status& s) {
 // qwen3_moe (MoE FFN in every layer) comes from golden/families/ instead (its GGUF is llama.cpp's
 // converter's; oracle/gen_family_golden.py), with the same 320-row vocabulary.
 inline constexpr const char* kTinyArchs[] = {"llama", "qwen3", "gemma3", "qwen3_moe"};
-inline constexpr const char* kFamilyGoldenArchs[] = {"qwen3_moe"};
+inline constexpr const char* kFamilyGoldenArchs[] = {"qwen3_moe", "qwen3_5", "qwen3_next"};
+// Hybrid Gated DeltaNet models (golden/families): the engine property draws them (their state
+// lanes), not the runner-level ones, whose SeqCache has no recurrent state (docs/models.md).
+inline constexpr const char* kHybridArchs[] = {"qwen3_5", "qwen3_next"};
 inline constexpr int kTinyVocab = 320;
 
 struct TinyModel {
