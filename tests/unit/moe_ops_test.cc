@@ -17,6 +17,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/host_backend.h"
 #include "engine/core/tolerances.h"
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
@@ -232,6 +233,50 @@ TEST(MoeOps, ExpertRowsIndependentOfOtherTokens) {
         }
       }
     }
+  }
+}
+
+// A backend that implements only the dense ops (as cuda does today): the MoE ops' default bodies
+// refuse, naming the op and the backend.
+class DenseOnlyBackend final : public backend::HostBackend {
+ public:
+  std::string_view name() const override { return "dense-only"; }
+  absl::Status Embed(const Weight&, Tensor) override { return absl::OkStatus(); }
+  absl::Status MatMul(const Weight&, Tensor, Tensor) override { return absl::OkStatus(); }
+  absl::Status RmsNorm(Tensor, const Weight*, float, Tensor) override { return absl::OkStatus(); }
+  absl::Status Rope(Tensor, int64_t, int64_t, int64_t, float, backend::RopeMode) override {
+    return absl::OkStatus();
+  }
+  absl::Status KvWrite(const backend::KvLayout&, Tensor, Tensor, backend::KvLayer) override {
+    return absl::OkStatus();
+  }
+  absl::Status PagedAttention(Tensor, const backend::KvLayout&, backend::KvLayer, int64_t, int64_t,
+                              int64_t, const backend::AttentionParams&, Tensor) override {
+    return absl::OkStatus();
+  }
+  absl::Status GatherRows(Tensor, Tensor) override { return absl::OkStatus(); }
+  absl::Status Glu(Tensor, Tensor, backend::Activation, Tensor) override { return absl::OkStatus(); }
+  absl::Status Add(Tensor, Tensor, Tensor) override { return absl::OkStatus(); }
+  absl::Status Scale(Tensor, float, Tensor) override { return absl::OkStatus(); }
+  absl::Status Softcap(Tensor, float) override { return absl::OkStatus(); }
+};
+
+TEST(MoeOps, BackendWithoutThemRefusesByName) {
+  DenseOnlyBackend be;
+  std::vector<float> f(64);
+  std::vector<int32_t> ids(8);
+  const Weight w{quant::Type::F32, 8, 8, f.data(), "w"};
+  const absl::Status s[] = {
+      be.MoeRoute({f.data(), 2, 4}, 2, true, {f.data(), 2, 2}, {ids.data(), 2, 2}),
+      be.MatMulExperts(w, 2, {f.data(), 2, 8}, {ids.data(), 2, 1}, {f.data(), 2, 4}),
+      be.MoeCombine({f.data(), 4, 4}, {f.data(), 2, 2}, {f.data(), 2, 4}),
+      be.SigmoidMul({f.data(), 2, 4}, {f.data(), 2, 1}, {f.data(), 2, 4})};
+  const char* ops[] = {"MoeRoute", "MatMulExperts", "MoeCombine", "SigmoidMul"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(s[i].code(), absl::StatusCode::kUnimplemented) << ops[i];
+    EXPECT_NE(s[i].message().find(std::string("the dense-only backend does not implement ") + ops[i]),
+              std::string_view::npos)
+        << s[i];
   }
 }
 
