@@ -5,6 +5,7 @@
 #include "engine/core/status.h"
 #include "engine/models/blocks.h"
 #include "engine/models/families.h"
+#include "engine/models/mtp.h"
 
 namespace lockstep::models {
 namespace {
@@ -115,7 +116,7 @@ absl::Status BindWeights(const gguf::File& f, Config* c, Weights* w) {
   for (int64_t il = 0; il < c->n_layer; ++il) {
     RETURN_IF_ERROR(BindLayer(f, *c, il, &w->layers[il]));
   }
-  return absl::OkStatus();
+  return BindNextnLayers(f, *c, w);  // MTP blocks (mtp.h)
 }
 
 }  // namespace
@@ -143,6 +144,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromFile(gguf::File file) {
                                                  absl::StrJoin(known, ", "), ")"));
   }
   RETURN_IF_ERROR(family->read_config(m->file_, &m->config_));
+  RETURN_IF_ERROR(SplitNextnLayers(m->file_, &m->config_));  // MTP blocks are not trunk layers
   RETURN_IF_ERROR(BindWeights(m->file_, &m->config_, &m->weights_));
   return m;
 }

@@ -67,6 +67,10 @@ struct Config {
   // The pre-FFN RMSNorm tensor of every layer (qwen3_5/qwen3_next: "post_attention_norm").
   const char* ffn_norm_tensor = "ffn_norm";
   std::vector<LayerConfig> layers;
+  // MTP / NextN blocks after the n_layer decoder layers (GGUF `<arch>.nextn_predict_layers`),
+  // not part of the trunk: only the MTP drafter runs them (engine/models/mtp.h).
+  int64_t n_nextn = 0;
+  LayerConfig nextn_layer;
   bool HasMoe() const;
 };
 
@@ -85,9 +89,18 @@ struct LayerWeights {
   std::vector<const backend::Weight*> All() const;
 };
 
+// An MTP / NextN block's tensors (blk.N.nextn.*; engine/models/mtp.h): its decoder layer, the
+// projection of [embedding | hidden] [2 n_embd -> n_embd], the two input norms and the head norm
+// (unbound: the trunk's output_norm).
+struct NextnWeights {
+  backend::Weight eh_proj, enorm, hnorm, shared_head_norm;
+  LayerWeights layer;
+};
+
 struct Weights {
   backend::Weight tok_embd, output_norm, output;
   std::vector<LayerWeights> layers;
+  std::vector<NextnWeights> nextn;  // [n_nextn]
   // A trimmed output head (FR-Spec drafts): output row r scores token output_ids[r]. Empty when
   // the head covers the whole vocabulary in id order.
   std::vector<int32_t> output_ids;

@@ -351,6 +351,13 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
     if (dump != nullptr) {
       return absl::InvalidArgumentError("intermediate dumps (--dump-layers) need an unsplit model");
     }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].hidden != nullptr) {
+        return absl::UnimplementedError(absl::StrCat(
+            "step entry ", i, " asks for its hidden rows (an MTP drafter); pipeline stages do "
+            "not return them"));
+      }
+    }
     return ForwardPipelined(batch, logits);
   }
   ASSIGN_OR_RETURN(backend::StepMeta meta, BuildMeta(batch));
@@ -364,6 +371,7 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
   if (c.embed_scale != 1.0f) RETURN_IF_ERROR(be_.Scale(x, c.embed_scale, x));
   RETURN_IF_ERROR(Emit(dump, -1, "inp_embd", x));
   RETURN_IF_ERROR(Layers(T, 0, c.n_layer, dump));
+  RETURN_IF_ERROR(HiddenRows(batch, meta));
   logits->clear();
   if (R > 0 && model_.weights().output_ids.empty()) {
     RETURN_IF_ERROR(Head(T, R, logits, dump));
@@ -383,6 +391,26 @@ absl::Status Runner::Layers(int64_t T, int64_t first, int64_t last, const DumpFn
   const Tensor x = ws_.x.Rows(0, T);
   for (int64_t il = first; il < last; ++il) {
     RETURN_IF_ERROR(DecoderLayer(b, il, bound_.layers[il], kv_[il], x));
+  }
+  return absl::OkStatus();
+}
+
+// The entries that asked for them get the output-normed rows of all their tokens (the head's
+// RmsNorm, row by row, over the whole step; the scratch row buffer h is free after the layers).
+absl::Status Runner::HiddenRows(std::span<const StepEntry> batch, const backend::StepMeta& meta) {
+  bool any = false;
+  for (const StepEntry& e : batch) any |= e.hidden != nullptr;
+  if (!any) return absl::OkStatus();
+  const Config& c = model_.config();
+  const int64_t T = meta.n_tokens(), d = c.n_embd;
+  const Tensor x = ws_.x.Rows(0, T), h = ws_.blocks.h.Rows(0, T);
+  RETURN_IF_ERROR(be_.RmsNorm(x, &bound_.output_norm, c.norm_eps, h));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].hidden == nullptr) continue;
+    const int64_t n = meta.query_start[i + 1] - meta.query_start[i];
+    batch[i].hidden->resize(n * d);
+    RETURN_IF_ERROR(be_.Download(batch[i].hidden->data(), h.data + meta.query_start[i] * d,
+                                 n * d * sizeof(float)));
   }
   return absl::OkStatus();
 }

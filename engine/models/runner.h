@@ -65,6 +65,9 @@ struct StepEntry {
   // token), the slot that also receives the state right after each token (-1: none).
   int32_t state_slot = -1;
   std::span<const int32_t> state_checkpoints;
+  // When set: receives the final hidden state after the output norm (the LM head's input) of
+  // every one of its tokens, [tokens.size(), n_embd] (what an MTP drafter reads; mtp.h).
+  std::vector<float>* hidden = nullptr;
 };
 
 // Called with each named intermediate ("blk.3.attn_out"): [rows, cols] f32 in host memory.
@@ -121,6 +124,7 @@ class Runner {
   absl::StatusOr<backend::StepMeta> BuildMeta(std::span<const StepEntry> batch) const;
   absl::Status Layers(int64_t T, int64_t first, int64_t last, const DumpFn* dump);
   absl::Status Head(int64_t T, int64_t R, std::vector<float>* raw, const DumpFn* dump);
+  absl::Status HiddenRows(std::span<const StepEntry> batch, const backend::StepMeta& meta);
   absl::Status Emit(const DumpFn* dump, int64_t layer, const char* name, backend::Tensor t);
   // Rank 0 of a split: the step cut into micro-batches that flow through the stages.
   absl::Status ForwardPipelined(std::span<const StepEntry> batch, std::vector<float>* logits);

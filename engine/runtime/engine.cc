@@ -504,10 +504,14 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
 
   std::vector<models::StepEntry> entries;
   std::vector<std::vector<int32_t>> checkpoints(plan.size());
+  std::vector<std::vector<float>> hidden(plan.size());  // MTP drafters: the fed rows' hidden state
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
     const bool reaches_end = p.start + p.n_feed == static_cast<int64_t>(p.s->tokens.size());
     entries.push_back({p.fed, p.start, p.s->kv.blocks, reaches_end ? 1 + p.n_draft : 0});
+    if (p.s->draft_state != nullptr && p.s->draft_state->WantsHidden()) {
+      entries.back().hidden = &hidden[i];
+    }
     if (p.s->lane >= 0) {
       entries.back().state_slot = states_->StateSlot(p.s->lane);
       if (p.n_draft > 0) {
@@ -533,6 +537,9 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
     Sequence& s = *p.s;
     s.kv.n_tokens = p.start + static_cast<int64_t>(p.fed.size());
     s.result.prefill_computed += std::max<int64_t>(0, std::min(p.start + p.n_feed, s.n_prompt) - p.start);
+    if (entries[i].hidden != nullptr) {
+      RETURN_IF_ERROR(s.draft_state->ObserveHidden(p.start, hidden[i]));
+    }
     const int64_t n_rows = entries[i].n_logits;
     if (n_rows == 0) continue;
     RETURN_IF_ERROR(Verify(s, std::span<const float>(logits).subspan(row * n_vocab, n_rows * n_vocab),

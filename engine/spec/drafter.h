@@ -42,6 +42,14 @@ class DraftState {
  public:
   virtual ~DraftState() = default;
   virtual absl::StatusOr<Draft> Propose(const DraftRequest& req) = 0;
+  // Drafters that read the target's hidden state (MTP heads) answer true; the engine then asks
+  // the runner for the output-normed final hidden rows of every token it feeds the sequence
+  // (StepEntry::hidden) and hands them over after each step: rows [n, n_embd] for positions
+  // [start, start + n). Rows of rejected draft positions come too; a later step overwrites them.
+  virtual bool WantsHidden() const { return false; }
+  virtual absl::Status ObserveHidden(int64_t /*start*/, std::span<const float> /*rows*/) {
+    return absl::OkStatus();
+  }
 };
 
 // A drafter serves many sequences; each gets its own state from Start().
@@ -94,8 +102,17 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeModelDrafter(const models::Model& t
                                                           backend::Backend& be,
                                                           int64_t pool_tokens = 8192);
 
-// `draft` is "ngram" (prompt lookup) or the path of a draft model's GGUF file. Errors name the
-// file and what does not fit the target (vocabulary, architecture).
+// The target's own MTP / NextN block (engine/models/mtp.h) drafting for it, with its own paged
+// KV pool of `pool_tokens` positions shared by the sequences it drafts for. A draft of K tokens
+// chains the block on its own output (vLLM's MTP proposer, llama.cpp's draft-mtp). An error
+// naming the file when the target has no MTP block.
+absl::StatusOr<std::unique_ptr<Drafter>> MakeMtpDrafter(const models::Model& target,
+                                                        backend::Backend& be,
+                                                        int64_t pool_tokens = 8192);
+
+// `draft` is "ngram" (prompt lookup), "self" (the target's MTP block: MakeMtpDrafter) or the
+// path of a draft model's GGUF file. Errors name the file and what does not fit the target
+// (vocabulary, architecture).
 absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const models::Model& target,
                                                      backend::Backend& be, const std::string& draft,
                                                      int64_t pool_tokens = 8192);

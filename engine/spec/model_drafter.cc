@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const models::Model& target
                                                      backend::Backend& be, const std::string& draft,
                                                      int64_t pool_tokens) {
   if (draft == "ngram") return MakeNgramDrafter(target.config().n_vocab);
+  if (draft == "self") return MakeMtpDrafter(target, be, pool_tokens);
   auto model = models::Model::Load(draft);
   if (!model.ok()) {
     return absl::Status(model.status().code(),

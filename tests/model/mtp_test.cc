@@ -1,0 +1,358 @@
+// MTP heads as drafters (docs/speculative.md, docs/models.md "MTP heads"), on the tiny qwen3_5
+// with a seeded MTP block (golden/families/qwen3_5_mtp: oracle/gen_mtp_golden.py, transformers
+// 5.17's modules wired as vLLM / llama.cpp wire the block; GGUF by llama.cpp's converter with MTP):
+//   - the loader keeps the nextn layer out of the trunk and binds it;
+//   - the target's output-normed hidden rows (StepEntry::hidden) match transformers' H;
+//   - the MTP block's logits on transformers' H, teacher-forced over 39 rows and chained K = 4
+//     from three contexts, match the golden on ref and cpu (tiny-golden tolerances);
+//   - the drafter (`--draft self`) proposes the golden's chained tokens;
+//   - greedy and coupled output through runtime::Engine with the MTP drafter are byte-identical to
+//     plain decoding, for K = 1, 2, 4, alone and batched with chunked prefills;
+//   - a file without an MTP block gives an error saying so.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/compare.h"
+#include "engine/core/npy.h"
+#include "engine/core/tolerances.h"
+#include "engine/models/model.h"
+#include "engine/models/mtp.h"
+#include "engine/models/runner.h"
+#include "engine/runtime/engine.h"
+#include "engine/sampling/sampler.h"
+#include "engine/spec/drafter.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/golden_manifest.h"
+
+namespace lockstep {
+namespace {
+
+const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/qwen3_5_mtp/";
+
+struct Golden {
+  std::unique_ptr<models::Model> model;
+  std::vector<int32_t> ids;
+  struct Chain {
+    int64_t context;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Chain> chains;
+  int64_t k = 0;
+  npy::Array hidden, mtp_logits, chain_logits;
+};
+
+const Golden& G() {
+  static Golden* g = [] {
+    auto* g = new Golden;
+    auto m = models::Model::Load(kDir + "qwen3_5_mtp.gguf");
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (m.ok()) g->model = std::move(*m);
+    std::ifstream in(kDir + "mtp.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    g->ids = j["tokens"].get<std::vector<int32_t>>();
+    g->k = j["k"].get<int64_t>();
+    for (const auto& c : j["chains"]) {
+      g->chains.push_back({c["context"].get<int64_t>(), c["tokens"].get<std::vector<int32_t>>()});
+    }
+    for (auto [name, out] : {std::pair{"hidden.npy", &g->hidden},
+                             {"mtp_logits.npy", &g->mtp_logits},
+                             {"chain_logits.npy", &g->chain_logits}}) {
+      auto a = npy::Read(kDir + name);
+      EXPECT_TRUE(a.ok()) << name;
+      if (a.ok()) *out = *a;
+    }
+    return g;
+  }();
+  return *g;
+}
+
+std::unique_ptr<backend::Backend> Make(const std::string& name) {
+  auto be = backend::MakeBackend(name, {2});
+  EXPECT_TRUE(be.ok()) << be.status();
+  return std::move(*be);
+}
+
+void ExpectLogits(const float* ours, const float* golden, int64_t rows, int64_t n_vocab,
+                  const std::string& what) {
+  auto s = compare::Logits(ours, golden, rows, n_vocab, tol::kGoldenDecisiveMargin);
+  ASSERT_TRUE(s.ok());
+  SCOPED_TRACE(what + ": " + compare::Describe(*s));
+  EXPECT_EQ(s->nan_a + s->nan_b, 0);
+  EXPECT_LE(s->nmse, tol::kTinyGoldenNmse);
+  EXPECT_EQ(s->decisive_agree, s->decisive);
+  EXPECT_LE(s->max_kl, tol::kTinyGoldenMaxKl);
+  std::printf("[ covered ] %s: %lld rows x %lld vocab, nmse %.3g, max KL %.3g\n", what.c_str(),
+              static_cast<long long>(rows), static_cast<long long>(n_vocab), s->nmse, s->max_kl);
+}
+
+// sum (a - b)^2 / sum b^2
+double Nmse(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return num / den;
+}
+
+TEST(Mtp, GoldenManifestHolds) {
+  EXPECT_EQ(testing::CheckManifest(kDir), std::vector<std::string>{});
+}
+
+TEST(Mtp, LoaderKeepsTheNextnLayerOutOfTheTrunk) {
+  const models::Config& c = G().model->config();
+  EXPECT_EQ(c.n_layer, 8);
+  EXPECT_EQ(c.layers.size(), 8u);
+  EXPECT_EQ(c.n_nextn, 1);
+  EXPECT_EQ(c.nextn_layer.mixer, models::MixerKind::kGatedAttention);
+  EXPECT_EQ(c.nextn_layer.ffn, models::FfnKind::kDense);
+  ASSERT_EQ(G().model->weights().nextn.size(), 1u);
+  const models::NextnWeights& w = G().model->weights().nextn[0];
+  EXPECT_EQ(w.eh_proj.cols, 2 * c.n_embd);
+  EXPECT_EQ(w.eh_proj.rows, c.n_embd);
+  EXPECT_TRUE(w.enorm.bound() && w.hnorm.bound() && w.shared_head_norm.bound());
+  EXPECT_TRUE(w.layer.wq.bound() && w.layer.ffn_down.bound());
+}
+
+// The target's hidden rows for every prompt token (one step), [N, d].
+std::vector<float> TargetHidden(backend::Backend& be, const std::vector<int32_t>& ids) {
+  models::RunnerOptions o;
+  o.max_step_tokens = static_cast<int64_t>(ids.size());
+  o.max_logit_rows = 1;
+  o.n_blocks = 8;
+  o.n_state_slots = 1;
+  auto r = models::Runner::Create(*G().model, be, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<int32_t> blocks = {3, 1, 4, 0, 2, 5, 7, 6};
+  std::vector<float> logits, hidden;
+  models::StepEntry e{ids, 0, blocks, 1};
+  e.state_slot = 0;
+  e.hidden = &hidden;
+  EXPECT_TRUE((*r)->Forward(std::span(&e, 1), &logits).ok());
+  return hidden;
+}
+
+class MtpBackends : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpBackends, TargetHiddenRowsMatchTransformers) {
+  auto be = Make(GetParam());
+  const std::vector<float> h = TargetHidden(*be, G().ids);
+  ASSERT_EQ(h.size(), G().hidden.data.size());
+  const double nmse = Nmse(h, G().hidden.data);
+  std::printf("[ covered ] %s target hidden: %zu rows, nmse %.3g\n", GetParam().c_str(),
+              G().ids.size(), nmse);
+  EXPECT_LE(nmse, tol::kTinyGoldenNmse);
+}
+
+TEST_P(MtpBackends, DraftLogitsMatchTheGolden) {
+  const Golden& g = G();
+  auto be = Make(GetParam());
+  models::MtpOptions o;
+  o.max_step_tokens = 64;
+  o.n_blocks = 8;
+  auto head = models::MtpHead::Create(*g.model, *be, o);
+  ASSERT_TRUE(head.ok()) << head.status();
+  const int64_t N = static_cast<int64_t>(g.ids.size()), d = g.model->config().n_embd;
+  const int64_t V = g.model->config().n_vocab;
+  std::vector<int32_t> blocks = {5, 2, 7, 0, 1, 3, 4, 6};
+  std::vector<float> logits, out_g;
+  // Teacher-forced: rows (t[p+1], H[p]), p = 0..N-2, in one step, every row's logits.
+  {
+    const std::vector<int32_t> toks(g.ids.begin() + 1, g.ids.end());
+    models::MtpEntry e{toks, std::span<const float>(g.hidden.data).first((N - 1) * d), 0, blocks,
+                       N - 1};
+    ASSERT_TRUE((*head)->Forward(e, &logits, &out_g).ok());
+    ASSERT_EQ(g.mtp_logits.shape, (std::vector<int64_t>{N - 1, V}));
+    ExpectLogits(logits.data(), g.mtp_logits.data.data(), N - 1, V, GetParam() + " teacher-forced");
+  }
+  // Chained from each context L: rows 0..L-2 (two steps, to cross a step boundary), then K - 1
+  // rows of (the golden's draft token, the block's own g).
+  ASSERT_EQ(g.chain_logits.shape,
+            (std::vector<int64_t>{static_cast<int64_t>(g.chains.size()), g.k, V}));
+  for (size_t ci = 0; ci < g.chains.size(); ++ci) {
+    const int64_t L = g.chains[ci].context;
+    std::vector<float> got;
+    const std::vector<int32_t> toks(g.ids.begin() + 1, g.ids.begin() + L);
+    const int64_t cut = (L - 1) / 2;
+    for (auto [a, b] : {std::pair{int64_t{0}, cut}, {cut, L - 1}}) {
+      models::MtpEntry e{std::span<const int32_t>(toks).subspan(a, b - a),
+                         std::span<const float>(g.hidden.data).subspan(a * d, (b - a) * d), a,
+                         blocks, 1};
+      ASSERT_TRUE((*head)->Forward(e, &logits, &out_g).ok());
+    }
+    got.insert(got.end(), logits.begin(), logits.end());
+    for (int64_t i = 1; i < g.k; ++i) {
+      const std::vector<float> prev = out_g;
+      const int32_t t = g.chains[ci].tokens[i - 1];
+      models::MtpEntry e{std::span<const int32_t>(&t, 1), prev, L - 2 + i, blocks, 1};
+      ASSERT_TRUE((*head)->Forward(e, &logits, &out_g).ok());
+      got.insert(got.end(), logits.begin(), logits.end());
+    }
+    ExpectLogits(got.data(), g.chain_logits.data.data() + ci * g.k * V, g.k, V,
+                 GetParam() + " chain from context " + std::to_string(L));
+  }
+}
+
+TEST_P(MtpBackends, DrafterProposesTheGoldenChain) {
+  const Golden& g = G();
+  auto be = Make(GetParam());
+  auto drafter = spec::MakeDrafter(*g.model, *be, "self", 256);
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  EXPECT_EQ((*drafter)->name(), "mtp");
+  const std::vector<float> h = TargetHidden(*be, g.ids);
+  const int64_t d = g.model->config().n_embd;
+  sampling::SamplingParams p;
+  p.temperature = 0.0f;
+  auto sampler = sampling::Sampler::Create(p);
+  ASSERT_TRUE(sampler.ok());
+  // One state through the growing contexts (its KV is reused and its chained rows dropped), and
+  // a fresh state per context.
+  auto shared = (*drafter)->Start();
+  ASSERT_TRUE(shared.ok());
+  int64_t seen = 0;
+  for (const Golden::Chain& c : g.chains) {
+    auto fresh = (*drafter)->Start();
+    ASSERT_TRUE(fresh.ok());
+    ASSERT_TRUE((*fresh)->ObserveHidden(0, std::span(h).first((c.context - 1) * d)).ok());
+    ASSERT_TRUE((*shared)->ObserveHidden(seen, std::span(h).subspan(seen * d, (c.context - 1 - seen) * d)).ok());
+    seen = c.context - 1;
+    const std::vector<int32_t> ctx(g.ids.begin(), g.ids.begin() + c.context);
+    for (spec::DraftState* s : {fresh->get(), shared->get()}) {
+      auto draft = s->Propose({ctx, static_cast<int>(g.k), spec::SpecMode::kGreedy, &*sampler, 0});
+      ASSERT_TRUE(draft.ok()) << draft.status();
+      EXPECT_EQ(draft->tokens, c.tokens) << "context " << c.context;
+    }
+  }
+  std::printf("[ covered ] %s drafter: %zu contexts x K = %lld\n", GetParam().c_str(),
+              g.chains.size(), static_cast<long long>(g.k));
+}
+
+INSTANTIATE_TEST_SUITE_P(RefAndCpu, MtpBackends, ::testing::Values("ref", "cpu"));
+
+// ---- through the engine ----
+
+struct EngineEnv {
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<spec::Drafter> drafter;
+};
+
+EngineEnv& Env() {
+  static EngineEnv* env = [] {
+    auto* e = new EngineEnv;
+    auto t = tokenizer::Tokenizer::FromGguf(G().model->file());
+    EXPECT_TRUE(t.ok()) << t.status();
+    e->tok = std::make_unique<tokenizer::Tokenizer>(std::move(*t));
+    e->be = Make("cpu");
+    auto d = spec::MakeDrafter(*G().model, *e->be, "self", 2048);
+    EXPECT_TRUE(d.ok()) << d.status();
+    e->drafter = std::move(*d);
+    return e;
+  }();
+  return *env;
+}
+
+std::vector<int32_t> Prompt(int n, int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((seed * 131 + i * 17 + (i % 5) * 29) % 300 + 1);
+  return p;
+}
+
+runtime::Request Req(std::vector<int32_t> prompt, bool sampled, int k, spec::Drafter* drafter) {
+  runtime::Request r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = sampled ? 0.9f : 0.0f;
+  r.params.max_tokens = 20;
+  r.seed = 7;
+  r.ignore_eos = true;
+  r.drafter = drafter;
+  r.spec.k = k;
+  r.spec.mode = sampled ? spec::SpecMode::kCoupled : spec::SpecMode::kGreedy;
+  return r;
+}
+
+// Runs the requests together (step budget `step_tokens`); results in submission order.
+std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, int64_t step_tokens) {
+  runtime::EngineOptions o;
+  o.ctx = 256;
+  o.max_step_tokens = step_tokens;
+  o.max_running = 4;
+  o.max_spec_k = 4;
+  o.prefix_cache_bytes = 0;
+  auto engine = runtime::Engine::Create(*G().model, *Env().tok, *Env().be, o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  std::vector<int64_t> ids;
+  for (auto& r : reqs) ids.push_back(*(*engine)->Submit(std::move(r)));
+  std::vector<runtime::RequestResult> out(ids.size());
+  for (int step = 0; step < 2000 && !(*engine)->Idle(); ++step) {
+    auto done = (*engine)->Step();
+    EXPECT_TRUE(done.ok()) << done.status();
+    if (!done.ok()) break;
+    for (auto& d : *done) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (d.id == ids[i]) out[i] = std::move(d);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
+  spec::Drafter* mtp = Env().drafter.get();
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(30, 1), Prompt(7, 2), Prompt(45, 3)};
+  int64_t drafted = 0, accepted = 0, cases = 0;
+  for (bool sampled : {false, true}) {
+    std::vector<runtime::Request> plain;
+    for (const auto& p : prompts) plain.push_back(Req(p, sampled, 1, nullptr));
+    const std::vector<runtime::RequestResult> want = RunAll(std::move(plain), 256);
+    for (int k : {1, 2, 4}) {
+      // Alone (one step of prefill), then all together with chunked prefills (budget 13).
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto got = RunAll({Req(prompts[i], sampled, k, mtp)}, 256);
+        EXPECT_EQ(got[0].gen.tokens, want[i].gen.tokens)
+            << (sampled ? "coupled" : "greedy") << " K=" << k << " prompt " << i;
+        drafted += got[0].stats.drafted;
+        accepted += got[0].stats.accepted;
+        ++cases;
+      }
+      std::vector<runtime::Request> batch;
+      for (const auto& p : prompts) batch.push_back(Req(p, sampled, k, mtp));
+      const auto got = RunAll(std::move(batch), 13);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(got[i].gen.tokens, want[i].gen.tokens)
+            << (sampled ? "coupled" : "greedy") << " batched K=" << k << " prompt " << i;
+        drafted += got[i].stats.drafted;
+        ++cases;
+      }
+    }
+  }
+  std::printf("[ covered ] %lld spec runs (greedy + coupled, K = 1, 2, 4, alone and batched at "
+              "step budget 13) equal plain decoding; drafted %lld, accepted %lld (alone)\n",
+              static_cast<long long>(cases), static_cast<long long>(drafted),
+              static_cast<long long>(accepted));
+  EXPECT_GT(drafted, 0);
+}
+
+TEST(MtpEngine, AFileWithoutAnMtpBlockIsRefusedByName) {
+  auto m = models::Model::Load(std::string(LOCKSTEP_SOURCE_DIR) +
+                               "/golden/families/qwen3_5/qwen3_5.gguf");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config().n_nextn, 0);
+  auto be = Make("cpu");
+  auto d = spec::MakeDrafter(**m, *be, "self");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("has no MTP block"), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("qwen35.nextn_predict_layers"), std::string::npos)
+      << d.status();
+}
+
+}  // namespace
+}  // namespace lockstep
