@@ -1,7 +1,7 @@
 // The ref backend's Gated DeltaNet ops (backend.h, docs/models.md): the textbook formulas as
-// scalar loops, accumulated in double. Within a call the conv history and the delta-rule state
-// stay in double (the conv inputs are floats, so its history is exact); they are rounded to float
-// once, where they are stored (the slot, a checkpoint).
+// scalar loops, accumulated in double. The delta-rule state is f32 at every position (the form in
+// which it is stored in a slot or checkpoint), each token's update computed in double from it and
+// rounded once; the conv history is the f32 inputs themselves.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -146,8 +146,13 @@ absl::Status RefBackend::GatedDeltaRule(Tensor qkv, Tensor g, Tensor beta, const
           for (int64_t i = 0; i < dk; ++i) acc += S[i * dv + j] * k[i];
           kv[j] = (double{row[v_off + h * dv + j]} - acc) * b;  // the delta, times beta
         }
+        // The state is stored per position (slot, checkpoints) in f32, so it is rounded to f32
+        // after every token: a step that starts at this position reads exactly these values,
+        // which makes the ref chunk-invariant like every other backend (backend.h contract).
         for (int64_t i = 0; i < dk; ++i) {
-          for (int64_t j = 0; j < dv; ++j) S[i * dv + j] += k[i] * kv[j];
+          for (int64_t j = 0; j < dv; ++j) {
+            S[i * dv + j] = static_cast<float>(S[i * dv + j] + k[i] * kv[j]);
+          }
         }
         for (int64_t j = 0; j < dv; ++j) {
           double acc = 0.0;

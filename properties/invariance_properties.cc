@@ -24,6 +24,16 @@ std::string GenArch() {
   return *rc::gen::elementOf(archs);
 }
 
+// The tiny models plus the hybrid GDN ones (batch, chunk and threads; not KV rollback).
+std::string GenArchOrHybrid() {
+  static const std::vector<std::string> archs = [] {
+    std::vector<std::string> a(std::begin(kTinyArchs), std::end(kTinyArchs));
+    a.insert(a.end(), std::begin(kHybridArchs), std::end(kHybridArchs));
+    return a;
+  }();
+  return *rc::gen::elementOf(archs);
+}
+
 // cpu with 1 or 2 threads, or ref: the backends a case runs on.
 backend::Backend& GenBackend(std::string* label) {
   const int which = *rc::gen::element(0, 1, 2, 2);
@@ -97,7 +107,7 @@ void CheckBatchInvariance(const models::Model& m, backend::Backend& be, int max_
 
 // Property 4, tiny models: batches of 2..5, neighbours up to 24 tokens deep.
 LOCKSTEP_PROPERTY(Batch, RequestAloneEqualsInBatchTiny, 1000, Weight::kTiny, ()) {
-  const TinyModel& t = Tiny(GenArch());
+  const TinyModel& t = Tiny(GenArchOrHybrid());
   std::string be_label;
   backend::Backend& be = GenBackend(&be_label);
   Count(absl::StrCat(t.arch, " on ", be_label));
@@ -112,7 +122,7 @@ LOCKSTEP_PROPERTY(Batch, RequestAloneEqualsInBatchSmolLm2, 4, Weight::kSmol, ())
 
 // Property 5: prefill split into random chunks gives the one-pass logits, row for row, bit for bit.
 LOCKSTEP_PROPERTY(Chunk, ChunkedPrefillEqualsOnePass, 1000, Weight::kTiny, ()) {
-  const TinyModel& t = Tiny(GenArch());
+  const TinyModel& t = Tiny(GenArchOrHybrid());
   std::string be_label;
   backend::Backend& be = GenBackend(&be_label);
   const int64_t n_vocab = t.model->config().n_vocab;
@@ -147,7 +157,7 @@ LOCKSTEP_PROPERTY(Chunk, ChunkedPrefillEqualsOnePass, 1000, Weight::kTiny, ()) {
 // Property 6: the cpu backend's logits do not depend on its thread count (1..8), for a prefill
 // followed by decode steps.
 LOCKSTEP_PROPERTY(Threads, CpuLogitsIndependentOfThreadCount, 500, Weight::kTiny, ()) {
-  const TinyModel& t = Tiny(GenArch());
+  const TinyModel& t = Tiny(GenArchOrHybrid());
   const int threads = *rc::gen::inRange(2, 9);
   const int64_t n_vocab = t.model->config().n_vocab;
   const std::vector<int32_t> prompt = GenTokens(*rc::gen::inRange(1, 65), n_vocab);

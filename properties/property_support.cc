@@ -364,6 +364,7 @@ SeqCache::SeqCache(const models::Model& m, backend::Backend& be) {
   struct Entry {
     std::unique_ptr<models::Runner> runner;
     std::unique_ptr<models::KvPool> pool;
+    std::vector<int32_t> free_slots;  // recurrent-state slots (hybrid models)
   };
   static std::mutex mu;
   static std::map<Key, Entry>* runners = new std::map<Key, Entry>;
@@ -375,16 +376,35 @@ SeqCache::SeqCache(const models::Model& m, backend::Backend& be) {
     o.max_logit_rows = 512;
     o.block_size = 8;
     o.n_blocks = 2048;
+    o.n_state_slots = m.config().gdn.present() ? 64 : 0;
     e.runner = Must(models::Runner::Create(m, be, o));
     e.pool = std::make_unique<models::KvPool>(o.n_blocks, o.block_size);
+    for (int32_t s = static_cast<int32_t>(o.n_state_slots) - 1; s >= 0; --s) e.free_slots.push_back(s);
   }
   runner_ = e.runner.get();
   pool_ = e.pool.get();
+  if (m.config().gdn.present()) {
+    if (e.free_slots.empty()) throw std::runtime_error("SeqCache: 64 hybrid sequences alive at once");
+    slot_ = e.free_slots.back();
+    e.free_slots.pop_back();
+    free_slots_ = &e.free_slots;
+    mu_ = &mu;
+  }
 }
 
-SeqCache::~SeqCache() { models::ReleaseKv(*pool_, kv_); }
+SeqCache::~SeqCache() {
+  models::ReleaseKv(*pool_, kv_);
+  if (free_slots_ != nullptr) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    free_slots_->push_back(slot_);
+  }
+}
 
-void SeqCache::Truncate(int64_t n) { models::TruncateKv(*pool_, kv_, n); }
+void SeqCache::Truncate(int64_t n) {
+  // A recurrent state cannot be cut back by dropping blocks (the engine restores checkpoints).
+  if (slot_ >= 0 && n < kv_.n_tokens) throw std::runtime_error("SeqCache::Truncate on a hybrid model");
+  models::TruncateKv(*pool_, kv_, n);
+}
 
 std::vector<float> ForwardSeqs(std::span<SeqCache* const> seqs,
                                std::span<const std::span<const int32_t>> feeds, bool all_logits) {
@@ -396,6 +416,7 @@ std::vector<float> ForwardSeqs(std::span<SeqCache* const> seqs,
     Must(models::ReserveKv(*s.pool_, s.kv_, s.kv_.n_tokens + n,
                            [&](int32_t a, int32_t b) { return s.runner_->CopyBlock(a, b); }));
     batch.push_back({feeds[i], s.kv_.n_tokens, s.kv_.blocks, all_logits ? n : 1});
+    batch.back().state_slot = s.slot_;
   }
   std::vector<float> logits;
   Must(runner->Forward(batch, &logits));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,7 +115,8 @@ inline void Must(const absl::Status& s) {
 inline constexpr const char* kTinyArchs[] = {"llama", "qwen3", "gemma3", "qwen3_moe"};
 inline constexpr const char* kFamilyGoldenArchs[] = {"qwen3_moe", "qwen3_5", "qwen3_next"};
 // Hybrid Gated DeltaNet models (golden/families): the engine property draws them (their state
-// lanes), not the runner-level ones, whose SeqCache has no recurrent state (docs/models.md).
+// lanes) and the batch / chunk / threads properties (a SeqCache holds a state slot); not the KV
+// rollback one, which truncates a cache by blocks (docs/models.md).
 inline constexpr const char* kHybridArchs[] = {"qwen3_5", "qwen3_next"};
 inline constexpr int kTinyVocab = 320;
 
@@ -160,6 +162,9 @@ class SeqCache {
   models::Runner* runner_ = nullptr;
   models::KvPool* pool_ = nullptr;
   models::SeqKv kv_;
+  int32_t slot_ = -1;  // hybrid models: this sequence's recurrent-state slot in the runner
+  std::vector<int32_t>* free_slots_ = nullptr;
+  std::mutex* mu_ = nullptr;
 };
 // One step over several sequences (same model and backend): feeds[i] appended to seqs[i].
 // Logits per sequence in order: [T_i, n_vocab] when all_logits, else its last row.
