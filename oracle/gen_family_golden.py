@@ -62,10 +62,31 @@ def build_qwen3_moe():
     return cfg, "qwen3moe"
 
 
+def build_qwen3_5_moe():
+    """Qwen3_5MoeForCausalLM (text): qwen3_5's hybrid layers (3 Gated DeltaNet, 1 gated attention,
+    twice; the shapes of oracle/gen_gdn_golden.py's qwen3_5) with an MoE FFN in every layer:
+    4 experts top-2 (always renormalized) and a sigmoid-gated shared expert."""
+    cfg = transformers.Qwen3_5MoeTextConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=8, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, max_position_embeddings=256,
+        tie_word_embeddings=False, linear_conv_kernel_dim=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+        layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                         "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+                         "mrope_interleaved": True},
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48)
+    return cfg, "qwen35moe"
+
+
 # name -> builder returning (transformers config, expected general.architecture of the GGUF)
 FAMILIES = {
     "qwen3_moe": build_qwen3_moe,
+    "qwen3_5_moe": build_qwen3_5_moe,
 }
+# Families whose checkpoint has no MTP block although the config may name one.
+CONVERTER_ARGS = {"qwen3_5_moe": ["--no-mtp"]}
 
 
 # ---- model, tokenizer, conversion -------------------------------------------------------------
@@ -73,11 +94,18 @@ FAMILIES = {
 def set_weights(model, seed):
     """Every parameter from one seeded generator, in name order: matrices (and 3-D expert stacks)
     ~ N(0, 1/fan_in) with fan_in the last dimension, so activations stay O(1) and router logits
-    are ~N(0, 1); 1-D (norm) weights 1 + 0.2 N(0, 1); embeddings N(0, 1) rows."""
+    are ~N(0, 1); 1-D (norm) weights 1 + 0.2 N(0, 1) — 0.2 N(0, 1) where the model's RMSNorm
+    multiplies by 1 + w (qwen3_5 family); embeddings N(0, 1) rows. Gated DeltaNet: A_log =
+    log U(0.5, 2), dt_bias and the gated norm 1 + 0.2 N (as oracle/gen_gdn_golden.py)."""
     g = torch.Generator().manual_seed(seed)
+    one_plus_w = model.config.model_type.startswith("qwen3_5")
     for name, p in sorted(model.named_parameters()):
-        if p.ndim == 1:
+        if name.endswith("A_log"):
+            p.data.copy_(torch.log(0.5 + 1.5 * torch.rand(p.shape, generator=g)))
+        elif name.endswith("dt_bias") or name.endswith("linear_attn.norm.weight"):
             p.data.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+        elif p.ndim == 1:
+            p.data.copy_((0.0 if one_plus_w else 1.0) + 0.2 * torch.randn(p.shape, generator=g))
         else:
             p.data.copy_(torch.randn(p.shape, generator=g) / np.sqrt(p.shape[-1]))
         if name.endswith("embed_tokens.weight"):
@@ -130,7 +158,7 @@ def convert(hf_dir, out_path, name):
     src = os.path.dirname(CONVERTER)
     env = dict(os.environ, PYTHONPATH=os.path.join(src, "gguf-py"))
     cmd = [sys.executable, "-c", CONVERT_WRAPPER, src, hf_dir, "--outtype", "f32", "--outfile",
-           out_path, "--model-name", f"tiny-random-{name}"]
+           out_path, "--model-name", f"tiny-random-{name}"] + CONVERTER_ARGS.get(name, [])
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"convert_hf_to_gguf.py failed ({r.returncode}):\n{r.stderr[-4000:]}")

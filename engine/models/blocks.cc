@@ -86,6 +86,11 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
   ASSIGN_OR_RETURN(l->ffn_norm, BindTensor(f, n(c.ffn_norm_tensor), {d}, true));
   switch (lc.ffn) {
     case FfnKind::kDense: {
+      if (c.n_ff <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            c.arch, ".feed_forward_length is missing or ", c.n_ff, "; layer ", il,
+            " has a dense FFN, which needs it positive"));
+      }
       ASSIGN_OR_RETURN(l->ffn_gate, BindTensor(f, n("ffn_gate"), {d, c.n_ff}));
       ASSIGN_OR_RETURN(l->ffn_up, BindTensor(f, n("ffn_up"), {d, c.n_ff}));
       ASSIGN_OR_RETURN(l->ffn_down, BindTensor(f, n("ffn_down"), {c.n_ff, d}));

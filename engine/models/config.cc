@@ -56,12 +56,13 @@ absl::Status ReadCommonConfig(const gguf::File& f, const std::string& arch, Conf
   ASSIGN_OR_RETURN(c->n_layer, GetInt(f, key("block_count")));
   ASSIGN_OR_RETURN(c->n_head, GetInt(f, key("attention.head_count")));
   ASSIGN_OR_RETURN(c->n_kv_head, GetIntOr(f, key("attention.head_count_kv"), c->n_head));
-  ASSIGN_OR_RETURN(c->n_ff, GetInt(f, key("feed_forward_length")));
+  // Absent in all-MoE families (qwen35moe); a dense FFN layer requires it (BindLayer).
+  ASSIGN_OR_RETURN(c->n_ff, GetIntOr(f, key("feed_forward_length"), 0));
   ASSIGN_OR_RETURN(c->n_ctx_train, GetIntOr(f, key("context_length"), 0));
-  if (c->n_embd <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_kv_head <= 0 || c->n_ff <= 0) {
+  if (c->n_embd <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_kv_head <= 0 || c->n_ff < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        arch, ": embedding_length, block_count, head_count, head_count_kv and "
-              "feed_forward_length must all be positive"));
+        arch, ": embedding_length, block_count, head_count and head_count_kv must all be "
+              "positive, feed_forward_length (when present) too"));
   }
   if (c->n_layer > 4096 || c->n_head > 4096 || c->n_embd > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(arch, ": implausible hyperparameters (block_count ",

@@ -24,6 +24,7 @@ absl::Status ReadQwen3Config(const gguf::File& f, Config* c);
 absl::Status ReadQwen3MoeConfig(const gguf::File& f, Config* c);
 absl::Status ReadQwen35Config(const gguf::File& f, Config* c);     // qwen3_5.cc
 absl::Status ReadQwen3NextConfig(const gguf::File& f, Config* c);  // qwen3_next.cc
+absl::Status ReadQwen35MoeConfig(const gguf::File& f, Config* c);  // qwen3_5_moe.cc
 
 inline constexpr Family kFamilies[] = {
     {"llama", &ReadLlamaConfig},
@@ -32,6 +33,7 @@ inline constexpr Family kFamilies[] = {
     {"qwen3moe", &ReadQwen3MoeConfig},
     {"qwen35", &ReadQwen35Config},
     {"qwen3next", &ReadQwen3NextConfig},
+    {"qwen35moe", &ReadQwen35MoeConfig},
 };
 
 // Shared hyperparameter readers; errors name the key.

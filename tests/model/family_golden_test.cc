@@ -24,8 +24,9 @@ namespace {
 
 const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/";
 
-// The families with a golden; part B adds its own (qwen3_next, qwen3_5) here.
-const char* const kFamilies[] = {"qwen3_moe"};
+// The families with a golden from oracle/gen_family_golden.py (qwen3_next and qwen3_5 have theirs in
+// gdn_golden_test.cc).
+const char* const kFamilies[] = {"qwen3_moe", "qwen3_5_moe"};
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
@@ -79,12 +80,17 @@ TEST_P(FamilyGolden, ConfigIsTransformers) {
   EXPECT_EQ(cfg.n_head, hf.at("num_attention_heads").get<int64_t>());
   EXPECT_EQ(cfg.n_kv_head, hf.at("num_key_value_heads").get<int64_t>());
   if (cfg.HasMoe()) {
-    // transformers 5 serializes num_experts as num_local_experts (the full config, use_diff=False).
-    ASSERT_TRUE(hf.contains("num_local_experts")) << "meta.json config lacks num_local_experts";
-    EXPECT_EQ(cfg.moe.n_expert, hf.at("num_local_experts").get<int64_t>());
+    // transformers 5 serializes Qwen3Moe's num_experts as num_local_experts (the full config,
+    // use_diff=False); Qwen3_5Moe keeps num_experts.
+    const char* n_key = hf.contains("num_local_experts") ? "num_local_experts" : "num_experts";
+    ASSERT_TRUE(hf.contains(n_key)) << "meta.json config lacks num_local_experts / num_experts";
+    EXPECT_EQ(cfg.moe.n_expert, hf.at(n_key).get<int64_t>());
     EXPECT_EQ(cfg.moe.n_expert_used, hf.at("num_experts_per_tok").get<int64_t>());
     EXPECT_EQ(cfg.moe.n_ff_exp, hf.at("moe_intermediate_size").get<int64_t>());
-    EXPECT_EQ(cfg.moe.norm_topk, hf.at("norm_topk_prob").get<bool>());
+    // Qwen3_5Moe has no norm_topk_prob: its router renormalizes unconditionally.
+    EXPECT_EQ(cfg.moe.norm_topk, hf.value("norm_topk_prob", true));
+    EXPECT_EQ(cfg.moe.n_ff_shexp, hf.value("shared_expert_intermediate_size", int64_t{0}));
+    EXPECT_EQ(cfg.moe.shared_gate, hf.contains("shared_expert_intermediate_size"));
     for (int64_t il = 0; il < cfg.n_layer; ++il) {
       EXPECT_EQ(cfg.layers[il].ffn == models::FfnKind::kMoe,
                 (il + 1) % hf.value("decoder_sparse_step", 1) == 0)
@@ -138,6 +144,11 @@ TEST_P(FamilyGolden, TeacherForcedDecodeMatchesTransformers) {
   o.max_logit_rows = 1;
   o.block_size = 4;
   o.n_blocks = (n_tokens + o.block_size - 1) / o.block_size;
+  bool hybrid = false;  // Gated DeltaNet layers keep a recurrent state per sequence
+  for (const models::LayerConfig& l : (*model)->config().layers) {
+    hybrid = hybrid || l.mixer == models::MixerKind::kGatedDeltaNet;
+  }
+  if (hybrid) o.n_state_slots = 1;
   auto runner = models::Runner::Create(**model, **be, o);
   ASSERT_TRUE(runner.ok()) << runner.status();
   // Blocks in reverse order, so that a position-to-slot mistake cannot pass by accident.
@@ -145,9 +156,11 @@ TEST_P(FamilyGolden, TeacherForcedDecodeMatchesTransformers) {
   for (int64_t b = 0; b < o.n_blocks; ++b) blocks[b] = static_cast<int32_t>(o.n_blocks - 1 - b);
   std::vector<float> step, all;
   models::StepEntry prefill{prompt, 0, blocks, 1};
+  if (hybrid) prefill.state_slot = 0;
   ASSERT_TRUE((*runner)->Forward(std::span(&prefill, 1), &step).ok());
   for (size_t i = 0; i < cont.size(); ++i) {
     models::StepEntry e{std::span(&cont[i], 1), static_cast<int64_t>(prompt.size() + i), blocks, 1};
+    if (hybrid) e.state_slot = 0;
     const absl::Status s = (*runner)->Forward(std::span(&e, 1), &step);
     ASSERT_TRUE(s.ok()) << s;
     all.insert(all.end(), step.begin(), step.end());
