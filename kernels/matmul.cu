@@ -42,8 +42,9 @@ using namespace matmul_internal;  // kernels/matmul_weights.cuh
 // types run WT<kType>::Decode on the staged group.
 constexpr int kDecTT = 8;       // tokens per decode CTA (grid.y tiles T)
 // The auto route's decode/tiled boundary: at T = 8 the tiled route was as fast or faster on every
-// Llama-3-8B matrix (4096 x 4096 0.114 against 0.140 ms), at T = 4 the decode route was faster on
-// all (0.080 against 0.111 ms); the boundary is set between (docs/kernels.md run 7).
+// Llama-3-8B matrix (Q4_K 4096 x 4096 0.114 against 0.140 ms), at T = 4 the decode route was
+// faster on all (0.080 against 0.111 ms); the boundary is set between (docs/kernels.md run 7).
+// Q6_K keeps the decode route up to kDecTT (its tiled route: 0.204 against 0.153 ms at T = 8).
 constexpr int64_t kDecodeMaxT = 6;
 constexpr int kDecStages = 4;   // ring depth per warp
 constexpr int kDecSlices = 4;   // row slices per warp (lane = 8 * slice + class)
@@ -250,17 +251,26 @@ __global__ void __launch_bounds__(128)
   // T = 1 with x_smem_bytes > 0: the activation row is copied once per CTA into shared memory,
   // chunk c at floats [36 c, 36 c + 32) (the pad puts the 8 classes' chunks on different banks),
   // and read from there instead of through L1; the values and the arithmetic are the same.
-  // The copy is 16-byte cp.async (every load in flight at once: a load-then-store loop waited
-  // one L2 round trip per iteration), committed as the first group, and awaited after the
-  // weight ring's prologue has been issued, so the two latencies overlap (docs/kernels.md run 7).
+  // When each thread copies 16 or more float4 (a small CTA or a long row), the copy is 16-byte
+  // cp.async (every load in flight at once; the load-then-store loop waits one L2 round trip
+  // per iteration), committed as the first group and awaited after the weight ring's prologue
+  // has been issued. With fewer per thread the plain loop is faster: measured, docs/kernels.md
+  // run 7 (many CTAs all streaming x at once slowed the 14336-row matrices and the head).
   const bool xs_on = kTT == 1 && x_smem_bytes > 0;
+  const bool x_async = xs_on && cols / 4 >= 16 * (int64_t)blockDim.x;
   float* xs = reinterpret_cast<float*>(dyn_smem);
   if (xs_on) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-      CpAsync16(xs + (i / 8) * 36 + (i % 8) * 4, x4 + i);
+    if (x_async) {
+      for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+        CpAsync16(xs + (i / 8) * 36 + (i % 8) * 4, x4 + i);
+      }
+      CpCommit();
+    } else {
+      for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+        *reinterpret_cast<float4*>(xs + (i / 8) * 36 + (i % 8) * 4) = __ldg(x4 + i);
+      }
     }
-    CpCommit();
   }
   // A warp past the last row issues no copies but stays for the CTA barrier below.
   const bool active = row0 < rows;
@@ -331,7 +341,7 @@ __global__ void __launch_bounds__(128)
     CpCommit();
   }
   if (xs_on) {
-    CpWait<G::kStages - 1>();  // the activation group (the oldest) has landed
+    if (x_async) CpWait<G::kStages - 1>();  // the activation group (the oldest) has landed
     __syncthreads();
   }
   if (!active) return;  // whole warp
@@ -644,7 +654,9 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   const int64_t row_bytes = cols / WT<kType>::kBE * WT<kType>::kBB;
   const int64_t tail_bytes = row_bytes % kGB;
   const int unit = PickUnit(w, row_bytes, tail_bytes, kGB);
-  if (route == MatmulRoute::kAuto) route = T <= kDecodeMaxT ? MatmulRoute::kDecode : MatmulRoute::kTiled;
+  // Q6_K's tiled decoder (WT<Q6_K>::Decode) is slow enough that its decode route wins up to T = 8.
+  const int64_t max_t = kType == (uint32_t)q::Type::Q6_K ? kDecTT : kDecodeMaxT;
+  if (route == MatmulRoute::kAuto) route = T <= max_t ? MatmulRoute::kDecode : MatmulRoute::kTiled;
   if (route != MatmulRoute::kTiled) {
     int r_force = 0;
     if (route == MatmulRoute::kDecodeRows1) r_force = 1;

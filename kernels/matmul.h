@@ -17,7 +17,7 @@
 namespace lockstep::kernels {
 
 enum class MatmulRoute : int {
-  kAuto = 0,    // decode for T <= 6, tiled otherwise (kernels/matmul.cu: kDecodeMaxT)
+  kAuto = 0,    // decode for T <= 6 (Q6_K: 8), tiled otherwise (kernels/matmul.cu: kDecodeMaxT)
   kDecode = 1,  // warp-per-rows GEMV-style kernel (token tiles of 8)
   kTiled = 2,   // 64 x 32 shared-memory tiles
   // The decode route with its rows-per-lane mapping forced (1, 2 or 4 rows per lane instead of
