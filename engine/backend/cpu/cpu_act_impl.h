@@ -17,10 +17,21 @@
 namespace lockstep::backend::cpu::LOCKSTEP_DOT_NS {
 namespace {
 
-using D8 = double __attribute__((vector_size(64)));
-using I64x8 = int64_t __attribute__((vector_size(64)));
+// Lanes per vector: 8 doubles in the AVX-512 build (cpu_dot_avx512.cc defines it), 4 elsewhere
+// (a 64-byte vector outside AVX-512 trips GCC's ABI note). Lanes never meet, so any count gives
+// the same bits.
+#if !defined(LOCKSTEP_ACT_LANES)
+#define LOCKSTEP_ACT_LANES 4
+#endif
+constexpr int kActLanes = LOCKSTEP_ACT_LANES;
+using D8 = double __attribute__((vector_size(8 * kActLanes)));
+using I64x8 = int64_t __attribute__((vector_size(8 * kActLanes)));
 
-inline D8 SplatD(double s) { return D8{s, s, s, s, s, s, s, s}; }
+inline D8 SplatD(double s) {
+  D8 v;
+  for (int l = 0; l < kActLanes; ++l) v[l] = s;
+  return v;
+}
 
 // exp(z) for z in [-700, 700] (ExpAll handles the rest). z = k ln2 + r with k the
 // nearest integer to z / ln2 (the 1.5 * 2^52 trick rounds it, and its low bits are k), ln2 in
@@ -59,9 +70,9 @@ inline D8 ExpAll(D8 z) {
 }
 
 inline D8 LoadAsD8(const float* p) {
-  float f[8];
-  memcpy(f, p, sizeof(f));
-  return D8{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]};
+  D8 v;
+  for (int l = 0; l < kActLanes; ++l) v[l] = p[l];
+  return v;
 }
 
 template <bool kGelu>
@@ -82,12 +93,12 @@ inline D8 Act(D8 g, D8 u) {
 template <bool kGelu>
 void GluImpl(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  for (; i + kActLanes <= n; i += kActLanes) {
     const D8 o = Act<kGelu>(LoadAsD8(gate + i), LoadAsD8(up + i));
-    for (int l = 0; l < 8; ++l) out[i + l] = (float)o[l];
+    for (int l = 0; l < kActLanes; ++l) out[i + l] = (float)o[l];
   }
   if (i < n) {  // the same lanes, padded
-    float g[8] = {}, u[8] = {};
+    float g[kActLanes] = {}, u[kActLanes] = {};
     for (int64_t l = 0; i + l < n; ++l) g[l] = gate[i + l], u[l] = up[i + l];
     const D8 o = Act<kGelu>(LoadAsD8(g), LoadAsD8(u));
     for (int64_t l = 0; i + l < n; ++l) out[i + l] = (float)o[l];

@@ -35,7 +35,9 @@
 #define LOCKSTEP_DOT_AVX2 1
 #define LOCKSTEP_DOT_NS avx512
 #include "engine/backend/cpu/cpu_dot_impl.h"
+#define LOCKSTEP_ACT_LANES 8
 #include "engine/backend/cpu/cpu_act_impl.h"
+#undef LOCKSTEP_ACT_LANES
 #include "engine/backend/cpu/cpu_dot_impl512.h"
 #undef LOCKSTEP_DOT_NS
 #undef LOCKSTEP_DOT_AVX2
