@@ -87,7 +87,8 @@ void RegisterRun(CLI::App& app) {
   sub->add_flag("--json", args->json,
                 "Print one JSON object (text, tokens, finish reason, timings) instead of streaming");
   auto* draft = sub->add_option("--draft", args->draft,
-                                "Draft model (GGUF path or known name) for speculative decoding");
+                                "Draft model (GGUF path or known name) for speculative decoding, or "
+                                "self: the model's own MTP head");
   auto* ngram = sub->add_flag("--ngram", args->ngram, "Speculative decoding with prompt lookup");
   draft->excludes(ngram);
   sub->add_option("--spec-k", args->spec_k, "Draft tokens per round (the maximum with --spec-adaptive)")
@@ -147,15 +148,27 @@ void RegisterRun(CLI::App& app) {
         req.spec.mode = *mode;
       }
       std::string draft_path = "ngram";
-      if (!args->ngram) {
+      if (args->draft == "self") {
+        draft_path = "self";  // the model's own MTP block (docs/speculative.md)
+      } else if (!args->ngram) {
         auto path = store::ResolveModel(args->draft);
         ThrowIfError(path.status());
         draft_path = *path;
       }
       auto d = spec::MakeDrafter(*m.model, **be, draft_path, (*engine)->ctx());
+      if (!d.ok() && draft_path == "self") {
+        throw CliError(2, args->model + ": " + std::string(d.status().message()));
+      }
       ThrowIfError(d.status());
       drafter = std::move(*d);
       req.drafter = drafter.get();
+      if (draft_path == "self" && !args->quiet) {
+        const models::Config& c = m.model->config();
+        std::fprintf(stderr, "drafter: the model drafts for itself with its MTP head (%s "
+                     "blk.%lld.nextn, %lld block), K = %d\n", c.arch.c_str(),
+                     static_cast<long long>(c.n_layer), static_cast<long long>(c.n_nextn),
+                     args->spec_k);
+      }
     }
     if (!args->json) {
       req.on_text = [](std::string_view s) {
