@@ -378,6 +378,77 @@ TEST(GdnOps, StartAtPositionZeroIgnoresTheSlot) {
   }
 }
 
+// The element-wise GDN ops, cpu against ref on seeded random inputs. Bounds, per element:
+//   GdnGates: g = A softplus(a + dt): the sum (u), expf / logf (2 ulp each, glibc), 1 +, the
+//     product, the ref's rounding: ~8u relative to |g| away from cancellation; beta = 1 / (1 +
+//     expf(-b)): ~5u. 32u covers both with the libm doubling of tolerances.h.
+//   GatedRmsNorm: the RmsNorm bound (tolerances.h RmsNormRtol) plus silu(z) (kGluRtol).
+TEST(GdnOps, CpuGatesAndGatedNormMatchRef) {
+  std::mt19937_64 rng = testing::TestRng();
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::unique_ptr<Backend> ref = Make("ref"), cpu = Make("cpu", 3);
+  const int64_t T = 37, H = 6, d = 16;
+  auto fill = [&](std::vector<float>& v, float scale) {
+    for (float& x : v) x = scale * n01(rng);
+  };
+  std::vector<float> a(T * H), b(T * H), dt(H), A(H);
+  fill(a, 3.0f);
+  fill(b, 3.0f);
+  fill(dt, 1.0f);
+  for (float& x : A) x = -std::exp(0.5f * n01(rng));
+  a[5] = 25.0f;  // softplus' linear branch
+  const Weight wdt = F32Weight(dt, 1, H), wa = F32Weight(A, 1, H);
+  std::vector<float> g_ref(T * H, NAN), be_ref(T * H, NAN), g_cpu(T * H, NAN), be_cpu(T * H, NAN);
+  ASSERT_TRUE(ref->GdnGates({a.data(), T, H}, {b.data(), T, H}, wdt, wa, {g_ref.data(), T, H},
+                            {be_ref.data(), T, H}).ok());
+  ASSERT_TRUE(cpu->GdnGates({a.data(), T, H}, {b.data(), T, H}, wdt, wa, {g_cpu.data(), T, H},
+                            {be_cpu.data(), T, H}).ok());
+  for (int64_t i = 0; i < T * H; ++i) {
+    ASSERT_LE(std::fabs(g_cpu[i] - g_ref[i]), 32 * kU * std::fabs(g_ref[i]) + 0x1p-126) << i;
+    ASSERT_LE(std::fabs(be_cpu[i] - be_ref[i]), 32 * kU * std::fabs(be_ref[i]) + 0x1p-126) << i;
+  }
+  // softplus(x) = x above 20 (torch, ggml): g = A * (25 + dt) there.
+  EXPECT_NEAR(g_ref[5], A[5] * (25.0 + dt[5]), 1e-5 * std::fabs(g_ref[5]));
+
+  std::vector<float> x(T * d), z(T * d), w(d), y_ref(T * d, NAN), y_cpu(T * d, NAN);
+  fill(x, 2.0f);
+  fill(z, 2.0f);
+  for (float& v : w) v = 1.0f + 0.2f * n01(rng);
+  const Weight ww = F32Weight(w, 1, d);
+  ASSERT_TRUE(ref->GatedRmsNorm({x.data(), T, d}, ww, {z.data(), T, d}, 1e-6f, {y_ref.data(), T, d}).ok());
+  ASSERT_TRUE(cpu->GatedRmsNorm({x.data(), T, d}, ww, {z.data(), T, d}, 1e-6f, {y_cpu.data(), T, d}).ok());
+  const double rtol = static_cast<double>(d + 12) * kU + 16 * kU;
+  for (int64_t i = 0; i < T * d; ++i) {
+    ASSERT_LE(std::fabs(y_cpu[i] - y_ref[i]), rtol * std::fabs(y_ref[i]) + 0x1p-126) << i;
+  }
+  // The formula itself, in long double, for one row.
+  long double ss = 0;
+  for (int64_t i = 0; i < d; ++i) ss += static_cast<long double>(x[i]) * x[i];
+  const long double inv = 1.0L / std::sqrt(ss / d + 1e-6L);
+  for (int64_t i = 0; i < d; ++i) {
+    const long double want = x[i] * inv * w[i] * (z[i] / (1.0L + std::exp(-static_cast<long double>(z[i]))));
+    EXPECT_NEAR(y_ref[i], static_cast<double>(want), 4 * kU * std::fabs(static_cast<double>(want)) + 1e-30);
+  }
+}
+
+TEST(GdnOps, SplitHalvesSplitsEveryGroup) {
+  for (const char* name : {"ref", "cpu"}) {
+    std::unique_ptr<Backend> be = Make(name);
+    const int64_t T = 3, n = 4, m = 5;
+    std::vector<float> x(T * 2 * n * m), a(T * n * m, NAN), b(T * n * m, NAN);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+    ASSERT_TRUE(be->SplitHalves({x.data(), T, 2 * n * m}, m, {a.data(), T, n * m}, {b.data(), T, n * m}).ok());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t g = 0; g < n; ++g) {
+        for (int64_t i = 0; i < m; ++i) {
+          ASSERT_EQ(a[t * n * m + g * m + i], x[t * 2 * n * m + 2 * g * m + i]) << name;
+          ASSERT_EQ(b[t * n * m + g * m + i], x[t * 2 * n * m + 2 * g * m + m + i]) << name;
+        }
+      }
+    }
+  }
+}
+
 TEST(GdnOps, MissingStateSlotsAreRefusedByName) {
   std::unique_ptr<Backend> be = Make("cpu");
   const Gdr d = LoadGdr();

@@ -75,7 +75,7 @@ absl::Status CpuBackend::CausalConvSilu(Tensor x, const Weight& w, const GdnLayo
   return absl::OkStatus();
 }
 
-// g = ssm_a * softplus(a + dt_bias) (ggml's softplus: x above 20); beta = sigmoid(b).
+// g = ssm_a * softplus(a + dt_bias) (x above 20, as torch and ggml); beta = sigmoid(b).
 absl::Status CpuBackend::GdnGates(Tensor a, Tensor b, const Weight& dt_bias, const Weight& ssm_a,
                                   Tensor g, Tensor beta) {
   constexpr std::string_view kOp = "cpu GdnGates";
@@ -90,7 +90,7 @@ absl::Status CpuBackend::GdnGates(Tensor a, Tensor b, const Weight& dt_bias, con
   for (int64_t i = 0; i < a.rows * H; ++i) {
     const int64_t h = i % H;
     const float z = a.data[i] + dt[h];
-    const float sp = z > 20.0f ? z : std::log(1.0f + std::exp(z));
+    const float sp = z > 20.0f ? z : std::log1p(std::exp(z));  // log1p: no 1 + e cancellation
     const float bb = b.data[i];
     g.data[i] = A[h] * sp;
     beta.data[i] = 1.0f / (1.0f + std::exp(-bb));
