@@ -91,7 +91,8 @@ void RegisterServe(CLI::App& app) {
                                               "(docs/serving.md)");
   sub->add_option("--model", a->models,
                   "ALIAS=PATH[+DRAFT] (repeatable); PATH a GGUF file or known name, DRAFT a "
-                  "draft model or 'ngram'; default: the embedded default model")
+                  "draft model, 'ngram' or 'self' (its own MTP head); default: the embedded "
+                  "default model")
       ->envname("LOCKSTEP_SERVE_MODELS")->delimiter(',');
   sub->add_option("--chat-template", a->templates, "ALIAS=FILE: a chat template for a model "
                   "whose GGUF has none (repeatable)")
@@ -189,7 +190,7 @@ void RegisterServe(CLI::App& app) {
       std::string draft_desc = "none";
       if (!ms.draft.empty()) {
         std::string draft_path = "ngram";
-        if (ms.draft != "ngram") {
+        if (ms.draft != "ngram" && ms.draft != "self") {  // self: its MTP head (docs/speculative.md)
           auto p = store::ResolveModel(ms.draft);
           if (!p.ok()) {
             throw CliError(2, "--model " + spec_text + ": the draft: " + std::string(p.status().message()));
@@ -204,6 +205,10 @@ void RegisterServe(CLI::App& app) {
         sm->drafter = std::move(*d);
         sm->spec_k = a->spec_k;
         draft_desc = sm->drafter->name() + " (K = " + std::to_string(a->spec_k) + ")";
+        if (ms.draft == "self") {
+          draft_desc = "mtp: the model drafts for itself with its MTP head (K = " +
+                       std::to_string(a->spec_k) + ")";
+        }
       }
       if (auto it = templates.find(ms.alias); it != templates.end()) {
         sm->chat_template = it->second;
