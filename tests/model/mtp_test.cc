@@ -7,7 +7,7 @@
 //     from three contexts, match the golden on ref and cpu (tiny-golden tolerances);
 //   - the drafter (`--draft self`) proposes the golden's chained tokens;
 //   - greedy and coupled output through runtime::Engine with the MTP drafter are byte-identical to
-//     plain decoding, for K = 1, 2, 4, alone and batched with chunked prefills;
+//     plain decoding, for K = 1, 2, 4, alone and batched with chunked prefills and a preemption;
 //   - a file without an MTP block gives an error saying so.
 #include <cmath>
 #include <cstdio>
@@ -279,8 +279,10 @@ runtime::Request Req(std::vector<int32_t> prompt, bool sampled, int k, spec::Dra
   return r;
 }
 
-// Runs the requests together (step budget `step_tokens`); results in submission order.
-std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, int64_t step_tokens) {
+// Runs the requests together (step budget `step_tokens`); results in submission order. With
+// `preempt_at` >= 0, the first request is preempted (recomputed from position 0) at that step.
+std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, int64_t step_tokens,
+                                           int preempt_at = -1) {
   runtime::EngineOptions o;
   o.ctx = 256;
   o.max_step_tokens = step_tokens;
@@ -292,7 +294,9 @@ std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, i
   std::vector<int64_t> ids;
   for (auto& r : reqs) ids.push_back(*(*engine)->Submit(std::move(r)));
   std::vector<runtime::RequestResult> out(ids.size());
+  int64_t preempted = 0;
   for (int step = 0; step < 2000 && !(*engine)->Idle(); ++step) {
+    if (step == preempt_at) preempted += (*engine)->Preempt(ids[0]);
     auto done = (*engine)->Step();
     EXPECT_TRUE(done.ok()) << done.status();
     if (!done.ok()) break;
@@ -302,6 +306,7 @@ std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, i
       }
     }
   }
+  if (preempt_at >= 0) EXPECT_EQ(preempted, 1) << "the preemption did not happen";
   return out;
 }
 
@@ -325,7 +330,7 @@ TEST(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
       }
       std::vector<runtime::Request> batch;
       for (const auto& p : prompts) batch.push_back(Req(p, sampled, k, mtp));
-      const auto got = RunAll(std::move(batch), 13);
+      const auto got = RunAll(std::move(batch), 13, /*preempt_at=*/9);
       for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_EQ(got[i].gen.tokens, want[i].gen.tokens)
             << (sampled ? "coupled" : "greedy") << " batched K=" << k << " prompt " << i;
@@ -335,7 +340,8 @@ TEST(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
     }
   }
   std::printf("[ covered ] %lld spec runs (greedy + coupled, K = 1, 2, 4, alone and batched at "
-              "step budget 13) equal plain decoding; drafted %lld, accepted %lld (alone)\n",
+              "step budget 13 with a preemption) equal plain decoding; drafted %lld, accepted %lld "
+              "(alone)\n",
               static_cast<long long>(cases), static_cast<long long>(drafted),
               static_cast<long long>(accepted));
   EXPECT_GT(drafted, 0);
