@@ -106,8 +106,11 @@ void RegisterServe(CLI::App& app) {
       ->envname("LOCKSTEP_THREADS");
   sub->add_option("--max-seqs", a->max_seqs, "Sequences admitted at once per model (429 beyond)")
       ->capture_default_str()->envname("LOCKSTEP_MAX_SEQS");
-  sub->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Prefix cache budget in MiB (0 = off)")
-      ->capture_default_str()->envname("LOCKSTEP_PREFIX_CACHE_MB");
+  CLI::Option* prefix_cache_opt =
+      sub->add_option("--prefix-cache-mb", a->prefix_cache_mb,
+                      "Prefix cache budget in MiB (0 = off; off by default for models with "
+                      "recurrent layers, which it cannot hold yet)")
+          ->capture_default_str()->envname("LOCKSTEP_PREFIX_CACHE_MB");
   sub->add_option("--max-sessions", a->max_sessions, "Parked sessions per model (LRU; 0 = off)")
       ->capture_default_str()->envname("LOCKSTEP_MAX_SESSIONS");
   sub->add_option("--spec-k", a->spec_k, "Draft tokens per round for models served with a draft")
@@ -123,7 +126,7 @@ void RegisterServe(CLI::App& app) {
   sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (streams held at once)")
       ->capture_default_str()->envname("LOCKSTEP_HTTP_THREADS");
   AddEngineFlags(sub, a->engine);
-  sub->callback([a] {
+  sub->callback([a, prefix_cache_opt] {
     if (a->models.empty()) a->models.push_back(store::DefaultModel().name);
     if (a->max_seqs < 1) throw CliError(2, absl::StrCat("--max-seqs must be >= 1, got ", a->max_seqs));
     if (a->prefix_cache_mb < 0) throw CliError(2, "--prefix-cache-mb must be >= 0");
@@ -175,7 +178,13 @@ void RegisterServe(CLI::App& app) {
       sm->be = std::move(*be);
       runtime::EngineOptions eo = ToEngineOptions(a->engine);
       eo.max_running = a->max_seqs;
-      eo.prefix_cache_bytes = a->prefix_cache_mb << 20;
+      // The prefix cache does not hold recurrent (Gated DeltaNet) state yet: a hybrid model is
+      // served without it unless --prefix-cache-mb was given, which the engine then refuses by
+      // name (docs/serving.md). The boot report says which.
+      const bool recurrent = lm.model->config().gdn.present();
+      const int64_t prefix_cache_mb =
+          recurrent && prefix_cache_opt->count() == 0 ? 0 : a->prefix_cache_mb;
+      eo.prefix_cache_bytes = prefix_cache_mb << 20;
       eo.max_sessions = a->max_sessions;
       eo.max_spec_k = std::max(1, a->spec_k);
       if (a->engine.pp_stages > 1 && a->models.size() > 1) {
@@ -231,7 +240,7 @@ void RegisterServe(CLI::App& app) {
                    {"kv_blocks", (*engine)->pool().n_blocks()},
                    {"kv_block_tokens", o.block_size},
                    {"max_seqs", a->max_seqs},
-                   {"prefix_cache_mb", a->prefix_cache_mb},
+                   {"prefix_cache_mb", prefix_cache_mb},
                    {"max_sessions", a->max_sessions},
                    {"chat_template", has_template ? "yes" : "none (chat requests refused)"},
                    {"pipeline_stages", std::max<size_t>(1, (*engine)->stage_lines().size())},
@@ -239,7 +248,7 @@ void RegisterServe(CLI::App& app) {
                    {"fingerprint", "lockstep-" + sha.substr(0, 12)}};
       std::fprintf(stderr,
                    "  %s: %s sha256 %s  %s %s  backend %s  draft %s  KV %s/%s  context %lld  "
-                   "KV blocks %lld x %lld tokens  max-seqs %lld  prefix cache %lld MiB  "
+                   "KV blocks %lld x %lld tokens  max-seqs %lld  prefix cache %lld MiB%s  "
                    "sessions %lld  chat template %s  stages %zu\n",
                    ms.alias.c_str(), lm.path.c_str(), sha.substr(0, 16).c_str(),
                    lm.model->config().arch.c_str(), MainQuant(f).c_str(), a->backend.c_str(),
@@ -247,7 +256,8 @@ void RegisterServe(CLI::App& app) {
                    quant::KvFormatName(o.v_format), static_cast<long long>((*engine)->ctx()),
                    static_cast<long long>((*engine)->pool().n_blocks()),
                    static_cast<long long>(o.block_size), static_cast<long long>(a->max_seqs),
-                   static_cast<long long>(a->prefix_cache_mb),
+                   static_cast<long long>(prefix_cache_mb),
+                   recurrent && prefix_cache_mb == 0 ? " (recurrent layers)" : "",
                    static_cast<long long>(a->max_sessions), has_template ? "yes" : "none",
                    std::max<size_t>(1, (*engine)->stage_lines().size()));
       PrintStages(**engine);

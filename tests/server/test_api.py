@@ -200,5 +200,27 @@ class Auth(unittest.TestCase):
             self.assertNotIn(key, srv.text())
 
 
+class Hybrid(unittest.TestCase):
+    def test_hybrid_model_served_without_prefix_cache(self):
+        # A hybrid (Gated DeltaNet) model: the prefix cache cannot hold recurrent state, so serve
+        # boots it with the cache off and says so; asking for the cache stops the boot by name.
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))), "golden", "families", "qwen3_5", "qwen3_5.gguf")
+        with serve("--model", f"hy={path}", "--ctx", "128") as srv:
+            self.assertIn("prefix cache 0 MiB (recurrent layers)", srv.text())
+            status, _, models = srv.get("/v1/models")
+            self.assertEqual(status, 200)
+            self.assertEqual(models["data"][0]["lockstep"]["prefix_cache_mb"], 0)
+            r = srv.client().completions.create(model="hy", prompt="the cat", max_tokens=8,
+                                                temperature=0)
+            ref = json.loads(run_cli("run", path, "--prompt", "the cat", "-n", "8", "--json",
+                                     "-q", "--ctx", "128"))
+            self.assertEqual(r.choices[0].text, ref["text"])
+        with self.assertRaises(RuntimeError) as cm:
+            with serve("--model", f"hy={path}", "--ctx", "128", "--prefix-cache-mb", "8"):
+                pass
+        self.assertIn("recurrent (Gated DeltaNet) layers", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
