@@ -48,6 +48,17 @@ __device__ __forceinline__ float KvElem(uint32_t fmt, const uint8_t* row, int e)
   return 0.0f;
 }
 
+// kMode 2 (the f32 route): the f32 case of KvElem fixed at compile time, so the loads need no
+// per-element switch and can be issued together; the value and its use are KvElem's.
+template <int kMode>
+__device__ __forceinline__ float KvElemM(uint32_t fmt, const uint8_t* row, int e) {
+  if constexpr (kMode == 2) {
+    return reinterpret_cast<const float*>(row)[e];
+  } else {
+    return KvElem(fmt, row, e);
+  }
+}
+
 struct RowInfo {
   int seq, pos, lo, hi;  // visible keys lo..hi (hi < lo: none)
 };
@@ -79,11 +90,14 @@ __device__ __forceinline__ float ClassTree(const float (&a)[kScoreClasses]) {
                    __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
 }
 
-// kFast: K and V are f16 and every head's slice is 16-byte aligned (checked by the launcher);
-// the loads are wider, the arithmetic and its order are the generic path's.
-template <bool kFast>
+// kMode 1 (kFast): K and V are f16 and every head's slice is 16-byte aligned (checked by the
+// launcher); the loads are wider. kMode 2: K and V are f32 with 16-byte-aligned caches; the
+// generic code with the format fixed at compile time. In both the arithmetic and its order are
+// the generic path's (kMode 0); attention-invariance compares each with it bitwise.
+template <int kMode>
 __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, int n_pieces,
                                                         float* __restrict__ ws) {
+  constexpr bool kFast = kMode == 1;
   __shared__ float qs[kAttentionMaxHeadDim];
   __shared__ float ps[kAttentionPiece];
   __shared__ int64_t slot_s[kAttentionPiece];
@@ -141,10 +155,11 @@ __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, 
         }
       }
     } else {
+#pragma unroll 4
       for (int g = 0; g < D; g += kScoreClasses) {
 #pragma unroll
         for (int c = 0; c < kScoreClasses; ++c) {
-          if (g + c < D) a[c] = __fmaf_rn(qs[g + c], KvElem(p.k_format, krow, kvh * D + g + c), a[c]);
+          if (g + c < D) a[c] = __fmaf_rn(qs[g + c], KvElemM<kMode>(p.k_format, krow, kvh * D + g + c), a[c]);
         }
       }
     }
@@ -188,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, 
         if constexpr (kFast) {
           v = __half2float(reinterpret_cast<const __half*>(vrow)[v_off + d]);
         } else {
-          v = KvElem(p.v_format, vrow, (int)(v_off + d));
+          v = KvElemM<kMode>(p.v_format, vrow, (int)(v_off + d));
         }
         o[i] = __fmaf_rn(pk, v, o[i]);
       }
@@ -290,10 +305,18 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
   const bool fast = p.k_format == (uint32_t)q::KvFormat::kF16 &&
                     p.v_format == (uint32_t)q::KvFormat::kF16 && p.head_dim % 8 == 0 &&
                     reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0;
+  // The f32 route: both caches 16-byte aligned (so that the check can force the generic route on
+  // the same values by placing them 4 bytes off).
+  const bool f32 = p.k_format == (uint32_t)q::KvFormat::kF32 &&
+                   p.v_format == (uint32_t)q::KvFormat::kF32 &&
+                   reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
   if (fast) {
-    PieceKernel<true><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+    PieceKernel<1><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+  } else if (f32) {
+    PieceKernel<2><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
   } else {
-    PieceKernel<false><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+    PieceKernel<0><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

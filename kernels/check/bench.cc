@@ -65,22 +65,26 @@ void Bench() {
   if (!decode_only) {
     const int n_head = 32, n_kv = 8, D = 128, bs = 16;
     const int64_t kv_dim = (int64_t)n_kv * D;
-    struct Case { const char* name; int n_seq, seq_len, q_len; };
-    for (const Case c : {Case{"decode depth 64", 1, 64, 1}, Case{"decode depth 1024", 1, 1024, 1}, Case{"decode depth 8192", 1, 8192, 1},
-                         Case{"decode c=64 depth 1024", 64, 1024, 1}, Case{"prefill 512", 1, 512, 512},
-                         Case{"prefill 2048", 1, 2048, 2048}}) {
+    struct Case { const char* name; int n_seq, seq_len, q_len; q::KvFormat f; int shift = 0; };
+    const q::KvFormat f16 = q::KvFormat::kF16, f32 = q::KvFormat::kF32;
+    for (const Case c : {Case{"decode depth 64", 1, 64, 1, f16}, Case{"decode depth 1024", 1, 1024, 1, f16}, Case{"decode depth 8192", 1, 8192, 1, f16},
+                         Case{"decode c=64 depth 1024", 64, 1024, 1, f16}, Case{"prefill 512", 1, 512, 512, f16},
+                         Case{"prefill 2048", 1, 2048, 2048, f16}, Case{"decode depth 64 f32", 1, 64, 1, f32},
+                         Case{"decode depth 1024 f32", 1, 1024, 1, f32},
+                         Case{"depth 64 f32 generic", 1, 64, 1, f32, 4}, Case{"depth 1024 f32 generic", 1, 1024, 1, f32, 4}}) {
       const int nb = (c.seq_len + bs - 1) / bs;
       const int64_t n_slots = (int64_t)c.n_seq * nb * bs;
-      const auto fmt = (uint32_t)q::KvFormat::kF16;
-      Dev<uint8_t> kc(n_slots * q::KvRowBytes(q::KvFormat::kF16, kv_dim)), vc(kc.n);
+      const auto fmt = (uint32_t)c.f;
+      // shift 4: caches 4 bytes past a 16-byte boundary, which sends f32 to the generic route.
+      Dev<uint8_t> kc(n_slots * q::KvRowBytes(c.f, kv_dim) + 16), vc(kc.n);
       {
         Dev<float> src(n_slots * kv_dim);
         src.Up(RandVec(n_slots * kv_dim, -2, 2));
         std::vector<int32_t> sl(n_slots);
         std::iota(sl.begin(), sl.end(), 0);
         Dev<int32_t> dsl = Upload(sl);
-        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, kc.p, 0));
-        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, vc.p, 0));
+        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, kc.p + c.shift, 0));
+        CK(lk::LaunchKvWrite(fmt, src.p, dsl.p, n_slots, kv_dim, vc.p + c.shift, 0));
         CK(cudaDeviceSynchronize());
       }
       std::vector<int32_t> qs = {0}, lens, table, pos;
@@ -95,7 +99,7 @@ void Bench() {
       dq.Up(RandVec(T * n_head * D));
       Dev<int32_t> dqs = Upload(qs), dl = Upload(lens), dt = Upload(table), dp = Upload(pos);
       lk::PagedAttentionParams p;
-      p.q = dq.p, p.k_cache = kc.p, p.v_cache = vc.p, p.k_format = fmt, p.v_format = fmt;
+      p.q = dq.p, p.k_cache = kc.p + c.shift, p.v_cache = vc.p + c.shift, p.k_format = fmt, p.v_format = fmt;
       p.query_start = dqs.p, p.seq_len = dl.p, p.block_table = dt.p, p.positions = dp.p, p.out = dout.p;
       p.T = T, p.n_seq = c.n_seq, p.n_head = n_head, p.n_kv_head = n_kv, p.head_dim = D;
       p.block_size = bs, p.max_blocks_per_seq = nb, p.max_seq_len = c.seq_len;
@@ -103,7 +107,7 @@ void Bench() {
       const size_t wsb = lk::PagedAttentionWorkspaceBytes(T, n_head, D, c.seq_len);
       Dev<uint8_t> ws(wsb);
       auto [ms, spread] = time_ms([&] { CK(lk::LaunchPagedAttention(p, ws.p, wsb, 0)); }, 20);
-      const double kv_gb = 2.0 * c.n_seq * (double)c.seq_len * kv_dim * 2 / 1e9;
+      const double kv_gb = 2.0 * c.n_seq * (double)c.seq_len * (double)q::KvRowBytes(c.f, kv_dim) / 1e9;
       std::printf("attention %-24s %9.4f ms (spread %.4f)  KV %.1f MB -> %6.0f GB/s = %5.1f%% of wall\n", c.name, ms,
                   spread, kv_gb * 1e3, kv_gb / (ms * 1e-3), 100.0 * kv_gb / (ms * 1e-3) / copy_gbs);
     }

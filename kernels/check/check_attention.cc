@@ -117,8 +117,8 @@ void BuildCache(AttnBatch& b, const std::vector<std::vector<float>>& krows,
   }
 }
 
-// shift > 0 places both caches `shift` bytes past a 16-byte boundary (the f16 route needs
-// 16-byte-aligned rows, so this forces the generic route on the same values).
+// shift > 0 places both caches `shift` bytes past a 16-byte boundary (the f16 and f32 routes need
+// 16-byte-aligned caches, so this forces the generic route on the same values).
 std::vector<float> RunAttention(const AttnBatch& b, int shift = 0) {
   const int n_seq = (int)b.seq_len.size();
   const int64_t T = b.qstart[n_seq];
@@ -246,6 +246,13 @@ void CheckAttention(bool quick) {
       for (size_t i = 0; i < og.size(); ++i) same &= SameBits(og[i], out[i]);
       inv->Bit(same, std::string(ctx) + ": f16 route != generic route (cache 2 bytes off)");
     }
+    // Invariance 0b: the f32 route (format fixed at compile time) == the generic route.
+    if (b.kf == q::KvFormat::kF32 && b.vf == q::KvFormat::kF32) {
+      const auto og = RunAttention(b, 4);
+      bool same = true;
+      for (size_t i = 0; i < og.size(); ++i) same &= SameBits(og[i], out[i]);
+      inv->Bit(same, std::string(ctx) + ": f32 route != generic route (cache 4 bytes off)");
+    }
     // Invariance 1: each sequence alone, in a freshly shuffled pool (other slots, other blocks).
     const int64_t row_elems = (int64_t)b.n_head * b.head_dim;
     for (int s = 0; s < n_seq; ++s) {
@@ -281,7 +288,7 @@ void CheckAttention(bool quick) {
     }
   }
   acc->shapes = std::to_string(configs) + " ragged batches of 1-5 seqs, seq_len {1,2,255,256,257,511,513,700,1030}, decode+prefill rows, GQA 4/4 8/2 6/1, D {64,96,128,256}, all 7 KV formats for K and V, window 300, softcap 20, block 16/32, fragmented tables; bound from score error and fp32 sums";
-  inv->shapes = "f16 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
+  inv->shapes = "f16 route and f32 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
 }
 
 }  // namespace lockstep::kernels::check
