@@ -105,7 +105,13 @@ absl::StatusOr<std::vector<Plan>> PlanTensors(const gguf::File& in, const Requan
     const gguf::TensorInfo& t = ts[i];
     Plan& p = plans[i];
     p.to = t.type;
-    const bool matrix = t.shape.size() == 2 && absl::EndsWith(t.name, ".weight");
+    // Weight matrices, 2-D, or 3-D stacks of expert matrices (rows of shape[0] either way), less
+    // what llama.cpp's quantizer keeps as it is (src/llama-quant.cpp): the MoE router and the
+    // Gated DeltaNet conv kernel.
+    const bool matrix = (t.shape.size() == 2 || t.shape.size() == 3) &&
+                        absl::EndsWith(t.name, ".weight") &&
+                        !absl::StrContains(t.name, "ffn_gate_inp.weight") &&
+                        !absl::StrContains(t.name, "ssm_conv1d");
     if (!matrix) {
       p.action = Action::kKeepNotWeight;
       continue;
@@ -171,7 +177,9 @@ absl::StatusOr<std::vector<Plan>> PlanTensors(const gguf::File& in, const Requan
 // one Quantize call over the whole tensor. dst: [n_bytes of (shape, plan.to)].
 absl::Status RequantizeTensor(const gguf::File& in, const gguf::TensorInfo& t, const Plan& plan,
                               core::ThreadPool& pool, std::string* dst) {
-  const int64_t cols = t.shape[0], rows = t.shape[1];
+  const int64_t cols = t.shape[0];
+  int64_t rows = 1;
+  for (size_t d = 1; d < t.shape.size(); ++d) rows *= t.shape[d];
   const quant::TypeTraits from = quant::Traits(t.type), to = quant::Traits(plan.to);
   const int64_t src_row_bytes = cols / from.block_size * from.type_size;
   const int64_t dst_row_bytes = cols / to.block_size * to.type_size;
@@ -321,7 +329,7 @@ absl::StatusOr<RequantizedBytes> Requantize(const gguf::File& in, const Requanti
         break;
       case Action::kKeepNotWeight:
         ++sum.kept_not_weight;
-        absl::StrAppend(&line, " (kept: not a 2-D weight)");
+        absl::StrAppend(&line, " (kept: not a weight matrix, or a router / conv kernel)");
         break;
       case Action::kKeepEmbedding:
         ++sum.kept_embeddings;
@@ -393,7 +401,7 @@ absl::StatusOr<RequantizeSummary> RequantizeFile(const std::string& in_path,
 std::string DescribeSummary(const RequantizeSummary& s, const RequantizeOptions& o) {
   const int64_t kept = s.kept_not_weight + s.kept_embeddings + s.kept_same_type;
   std::string out = absl::StrFormat(
-      "requantized %d of %d tensors to %s; kept %d (%d not 2-D weights, %d embeddings, %d "
+      "requantized %d of %d tensors to %s; kept %d (%d not weight matrices, %d embeddings, %d "
       "already in their type)",
       s.requantized, s.tensors, TypeName(o.type), kept, s.kept_not_weight, s.kept_embeddings,
       s.kept_same_type);

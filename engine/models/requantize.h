@@ -44,7 +44,7 @@ struct RequantizeOptions {
 struct RequantizeSummary {
   int64_t tensors = 0;          // in the source
   int64_t requantized = 0;      // weights re-encoded (fallbacks included)
-  int64_t kept_not_weight = 0;  // not 2-D *.weight tensors: copied unchanged
+  int64_t kept_not_weight = 0;  // not 2-D/3-D *.weight tensors, MoE routers, GDN convs: copied
   int64_t kept_embeddings = 0;  // by keep_embeddings
   int64_t kept_same_type = 0;   // already in the target type: bytes copied, not re-encoded
   int64_t dropped_scale2 = 0;   // NVFP4 "<name>.scale2" tensors of weights that left NVFP4

@@ -44,12 +44,8 @@ absl::StatusOr<std::vector<int64_t>> BalancedSplit(const Model& model, int64_t n
   const Weights& w = model.weights();
   std::vector<int64_t> layer(c.n_layer, 0);
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    const LayerWeights& l = w.layers[il];
-    for (const backend::Weight* x : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm,
-                                     &l.post_attn_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up,
-                                     &l.ffn_down, &l.post_ffw_norm}) {
-      layer[il] += WeightBytes(*x);
-    }
+    // Every tensor of the layer: attention or GDN mixer, dense or expert FFN (model.h All()).
+    for (const backend::Weight* x : w.layers[il].All()) layer[il] += WeightBytes(*x);
   }
   const int64_t head = WeightBytes(w.output) + WeightBytes(w.output_norm);
   int64_t total = WeightBytes(w.tok_embd) + head;

@@ -440,5 +440,54 @@ TEST(Requantize, Q8TinyLlamaPredictsWhatF32Predicts) {
   EXPECT_GE(static_cast<double>(agree), kMinTop1 * static_cast<double>(positions));
 }
 
+// MoE and hybrid files (golden/families, written by llama.cpp's converter): the 3-D expert
+// stacks are requantized row by row like any matrix, and what llama.cpp's quantizer keeps
+// (src/llama-quant.cpp: the router ffn_gate_inp, the GDN ssm_conv1d kernel) stays as it is.
+// The Q8_0 MoE model then predicts what the F32 one predicts (the bounds above).
+TEST(Requantize, ExpertStacksRequantizedRouterAndConvKept) {
+  const std::string fam = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/";
+  for (const std::string name : {"qwen3_moe", "qwen3_5"}) {
+    SCOPED_TRACE(name);
+    auto src = gguf::File::Open(fam + name + "/" + name + ".gguf");
+    ASSERT_TRUE(src.ok()) << src.status();
+    models::RequantizeOptions o;
+    o.type = Type::Q8_0;
+    o.fallback = Type::F16;
+    auto out = RequantizeToFile(*src, o);
+    ASSERT_TRUE(out.ok()) << out.status();
+    int stacks = 0, kept = 0;
+    for (const gguf::TensorInfo& t : out->tensors()) {
+      const Type was = src->FindTensor(t.name)->type;
+      if (absl::StrContains(t.name, "ffn_gate_inp.weight") ||
+          absl::StrContains(t.name, "ssm_conv1d")) {
+        EXPECT_EQ(t.type, was) << t.name;
+        ++kept;
+      } else if (t.shape.size() == 3) {
+        EXPECT_EQ(t.type, Type::Q8_0) << t.name;
+        ++stacks;
+      }
+    }
+    EXPECT_GT(kept, 0);
+    if (name == "qwen3_moe") EXPECT_GT(stacks, 0);
+    EXPECT_GT(ExpectExactRequantization(*src, *out), 0);
+    auto q8 = models::Model::FromFile(*std::move(out));
+    ASSERT_TRUE(q8.ok()) << q8.status();
+    if (name != "qwen3_moe") continue;
+    auto f32 = models::Model::Load(fam + name + "/" + name + ".gguf");
+    ASSERT_TRUE(f32.ok()) << f32.status();
+    auto be = backend::MakeBackend("cpu", {1});
+    ASSERT_TRUE(be.ok()) << be.status();
+    const std::vector<int32_t> ids = ReadPrompt(fam + name + "/prompt2.json");
+    const std::vector<float> want = AllLogits(**f32, **be, ids);
+    const std::vector<float> got = AllLogits(**q8, **be, ids);
+    auto s = compare::Logits(got.data(), want.data(), static_cast<int64_t>(ids.size()),
+                             (*f32)->config().n_vocab, kDecisiveMargin);
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::printf("[ covered ] Q8_0 %s on cpu: %s", name.c_str(), compare::Describe(*s).c_str());
+    EXPECT_LE(s->nmse, kMaxNmse);
+    EXPECT_EQ(s->decisive_agree, s->decisive);
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
