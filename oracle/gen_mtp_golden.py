@@ -33,8 +33,12 @@ converter expects (mtp.fc, mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mt
 mtp.layers.0.*), and the model is converted by llama.cpp's convert_hf_to_gguf.py --outtype f32
 WITHOUT --no-mtp (blk.8.nextn.*, qwen35.nextn_predict_layers = 1).
 
-Writes OUT_DIR/qwen3_5_mtp/:
-  qwen3_5_mtp.gguf      the converted target + MTP block
+The same is written for Qwen3-Next (its tiny target from gen_gdn_golden.py, an MTP layer with
+the MoE FFN and gated shared expert of Qwen3NextDecoderLayer), whose block llama.cpp's converter
+and graph_mtp (src/models/qwen3next.cpp) support too.
+
+Writes OUT_DIR/<family>_mtp/ for qwen3_5 and qwen3_next:
+  <family>_mtp.gguf     the converted target + MTP block
   mtp.json              tokens [N]; chains: [{"context": L, "tokens": [d1..dK]}]
   hidden.npy            [N, d]  the target's post-norm final hidden state per position
   mtp_logits.npy        [N-1, V] row p: the MTP block's logits on (t[p+1], H[p]), all rows
@@ -57,6 +61,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
+from transformers.models.qwen3_next import modeling_qwen3_next as q3n
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_gdn_golden as gdn  # noqa: E402  (the tiny qwen3_5 target, its tokenizer, the converter hook)
@@ -68,20 +73,25 @@ MARGIN = 1e-3           # engine/core/tolerances.h kGoldenDecisiveMargin: chain 
 
 
 class Mtp(torch.nn.Module):
-    """The MTP block from transformers' modules; parameter names are the checkpoint's mtp.*"""
+    """The MTP block from transformers' modules; parameter names are the checkpoint's mtp.*
+    (experts aside: see checkpoint_names)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, family):
         super().__init__()
+        mod = q35 if family == "qwen3_5" else q3n
+        norm = mod.Qwen3_5RMSNorm if family == "qwen3_5" else mod.Qwen3NextRMSNorm
+        layer = mod.Qwen3_5DecoderLayer if family == "qwen3_5" else mod.Qwen3NextDecoderLayer
+        self.family = family
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
         mcfg = copy.deepcopy(cfg)
         mcfg.layer_types = ["full_attention"]
         mcfg.num_hidden_layers = 1
         self.fc = torch.nn.Linear(2 * d, d, bias=False)
-        self.pre_fc_norm_embedding = q35.Qwen3_5RMSNorm(d, eps=eps)
-        self.pre_fc_norm_hidden = q35.Qwen3_5RMSNorm(d, eps=eps)
-        self.layers = torch.nn.ModuleList([q35.Qwen3_5DecoderLayer(mcfg, 0)])
+        self.pre_fc_norm_embedding = norm(d, eps=eps)
+        self.pre_fc_norm_hidden = norm(d, eps=eps)
+        self.layers = torch.nn.ModuleList([layer(mcfg, 0)])
         self.layers[0].self_attn.config._attn_implementation = "eager"
-        self.norm = q35.Qwen3_5RMSNorm(d, eps=eps)
+        self.norm = norm(d, eps=eps)
 
     def forward(self, model, tokens, hidden, positions):
         """tokens [T], hidden [T, d], positions [T]: rows causal over each other.
@@ -92,16 +102,48 @@ class Mtp(torch.nn.Module):
         x = self.fc(x)
         T = len(tokens)
         pos = torch.tensor(positions)[None]
-        pe = model.model.rotary_emb(x, pos.view(1, 1, -1).expand(3, 1, -1))
+        # Qwen3.5's interleaved MRoPE takes one position row per section (text: all equal).
+        pe = model.model.rotary_emb(x, pos.view(1, 1, -1).expand(3, 1, -1)
+                                    if self.family == "qwen3_5" else pos)
         mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
         x = self.layers[0](x, position_embeddings=pe, attention_mask=mask, position_ids=pos)
         g = self.norm(x)
         return model.lm_head(g)[0], g[0]
 
 
-def build_mtp(cfg, seed):
+def checkpoint_names(mtp, trunk_saved, trunk_layer):
+    """mtp.* tensors as a checkpoint stores them. transformers 5 keeps a layer's experts fused
+    (experts.gate_up_proj [E, 2I, d], experts.down_proj [E, d, I]) and writes them per expert
+    on save (experts.<e>.{gate,up,down}_proj.weight); the same split is applied here, and checked
+    against what save_pretrained wrote for a trunk layer."""
+    out = {}
+    for name, p in mtp.state_dict().items():
+        p = p.detach().clone()
+        if name.endswith("mlp.experts.gate_up_proj"):
+            base = name[: -len("gate_up_proj")]
+            inter = p.shape[1] // 2
+            for e in range(p.shape[0]):
+                out[f"mtp.{base}{e}.gate_proj.weight"] = p[e, :inter].contiguous()
+                out[f"mtp.{base}{e}.up_proj.weight"] = p[e, inter:].contiguous()
+        elif name.endswith("mlp.experts.down_proj"):
+            base = name[: -len("down_proj")]
+            for e in range(p.shape[0]):
+                out[f"mtp.{base}{e}.down_proj.weight"] = p[e].contiguous()
+        else:
+            out["mtp." + name] = p.contiguous()
+    fused = dict(trunk_layer.named_parameters())
+    if "mlp.experts.gate_up_proj" in fused:
+        gu, inter = fused["mlp.experts.gate_up_proj"], fused["mlp.experts.gate_up_proj"].shape[1] // 2
+        assert torch.equal(trunk_saved["model.layers.0.mlp.experts.1.gate_proj.weight"], gu[1, :inter])
+        assert torch.equal(trunk_saved["model.layers.0.mlp.experts.1.up_proj.weight"], gu[1, inter:])
+        assert torch.equal(trunk_saved["model.layers.0.mlp.experts.1.down_proj.weight"],
+                           fused["mlp.experts.down_proj"][1])
+    return out
+
+
+def build_mtp(cfg, family, seed):
     torch.manual_seed(seed)
-    mtp = Mtp(cfg).eval()
+    mtp = Mtp(cfg, family).eval()
     gdn.set_weights(mtp, seed)
     return mtp
 
@@ -113,11 +155,10 @@ def convert_with_mtp(model_dir, out_file, peer):
     subprocess.run(cmd, check=True, env=env)
 
 
-def add_mtp_to_checkpoint(src, mtp):
+def add_mtp_to_checkpoint(src, mtp, model):
     path = os.path.join(src, "model.safetensors")
     sd = load_file(path)
-    for name, p in mtp.state_dict().items():
-        sd["mtp." + name] = p.detach().clone().contiguous()
+    sd.update(checkpoint_names(mtp, sd, model.model.layers[0]))
     save_file(sd, path, metadata={"format": "pt"})
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)
@@ -132,16 +173,22 @@ def top2_margin(row):
 
 
 def main(out_dir, peer):
-    cfg, model = gdn.build("qwen3_5")
-    mtp = build_mtp(cfg, gdn.SEED + 11)
-    d = os.path.join(out_dir, "qwen3_5_mtp")
+    for family in ["qwen3_5", "qwen3_next"]:
+        one(out_dir, peer, family)
+
+
+def one(out_dir, peer, family):
+    cfg, model = gdn.build(family)
+    mtp = build_mtp(cfg, family, gdn.SEED + 11)
+    name = family + "_mtp"
+    d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "tiny-random-qwen3_5_mtp")
+        src = os.path.join(tmp, "tiny-random-" + name)
         model.save_pretrained(src)
         gdn.save_tokenizer(src)
-        add_mtp_to_checkpoint(src, mtp)
-        convert_with_mtp(src, os.path.join(d, "qwen3_5_mtp.gguf"), peer)
+        add_mtp_to_checkpoint(src, mtp, model)
+        convert_with_mtp(src, os.path.join(d, name + ".gguf"), peer)
 
     ids = gdn.prompt_ids(N, gdn.SEED + 13)
     with torch.no_grad():
@@ -195,7 +242,7 @@ def main(out_dir, peer):
     }
     with open(os.path.join(d, "MANIFEST.json"), "w") as f:
         json.dump(manifest, f, indent=1)
-    print("qwen3_5_mtp ok", chains)
+    print(name, "ok", chains)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-// MTP heads as drafters (docs/speculative.md, docs/models.md "MTP heads"), on the tiny qwen3_5
-// with a seeded MTP block (golden/families/qwen3_5_mtp: oracle/gen_mtp_golden.py, transformers
-// 5.17's modules wired as vLLM / llama.cpp wire the block; GGUF by llama.cpp's converter with MTP):
+// MTP heads as drafters (docs/speculative.md, docs/models.md "MTP heads"), on the tiny qwen3_5 and
+// qwen3_next (MoE MTP layer) with a seeded MTP block (golden/families/{qwen3_5,qwen3_next}_mtp:
+// oracle/gen_mtp_golden.py, transformers 5.17's modules wired as vLLM / llama.cpp wire the block;
+// GGUF by llama.cpp's converter with MTP):
 //   - the loader keeps the nextn layer out of the trunk and binds it;
 //   - the target's output-normed hidden rows (StepEntry::hidden) match transformers' H;
 //   - the MTP block's logits on transformers' H, teacher-forced over 39 rows and chained K = 4
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,7 +36,10 @@
 namespace lockstep {
 namespace {
 
-const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/qwen3_5_mtp/";
+// golden/families/<family>_mtp/
+std::string Dir(const std::string& family) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/" + family + "_mtp/";
+}
 
 struct Golden {
   std::unique_ptr<models::Model> model;
@@ -48,28 +53,29 @@ struct Golden {
   npy::Array hidden, mtp_logits, chain_logits;
 };
 
-const Golden& G() {
-  static Golden* g = [] {
-    auto* g = new Golden;
-    auto m = models::Model::Load(kDir + "qwen3_5_mtp.gguf");
-    EXPECT_TRUE(m.ok()) << m.status();
-    if (m.ok()) g->model = std::move(*m);
-    std::ifstream in(kDir + "mtp.json");
-    const nlohmann::json j = nlohmann::json::parse(in);
-    g->ids = j["tokens"].get<std::vector<int32_t>>();
-    g->k = j["k"].get<int64_t>();
-    for (const auto& c : j["chains"]) {
-      g->chains.push_back({c["context"].get<int64_t>(), c["tokens"].get<std::vector<int32_t>>()});
-    }
-    for (auto [name, out] : {std::pair{"hidden.npy", &g->hidden},
-                             {"mtp_logits.npy", &g->mtp_logits},
-                             {"chain_logits.npy", &g->chain_logits}}) {
-      auto a = npy::Read(kDir + name);
-      EXPECT_TRUE(a.ok()) << name;
-      if (a.ok()) *out = *a;
-    }
-    return g;
-  }();
+const Golden& G(const std::string& family = "qwen3_5") {
+  static std::map<std::string, Golden*> cache;
+  Golden*& g = cache[family];
+  if (g != nullptr) return *g;
+  g = new Golden;
+  const std::string dir = Dir(family);
+  auto m = models::Model::Load(dir + family + "_mtp.gguf");
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (m.ok()) g->model = std::move(*m);
+  std::ifstream in(dir + "mtp.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  g->ids = j["tokens"].get<std::vector<int32_t>>();
+  g->k = j["k"].get<int64_t>();
+  for (const auto& c : j["chains"]) {
+    g->chains.push_back({c["context"].get<int64_t>(), c["tokens"].get<std::vector<int32_t>>()});
+  }
+  for (auto [name, out] : {std::pair{"hidden.npy", &g->hidden},
+                           {"mtp_logits.npy", &g->mtp_logits},
+                           {"chain_logits.npy", &g->chain_logits}}) {
+    auto a = npy::Read(dir + name);
+    EXPECT_TRUE(a.ok()) << name;
+    if (a.ok()) *out = *a;
+  }
   return *g;
 }
 
@@ -103,33 +109,42 @@ double Nmse(const std::vector<float>& a, const std::vector<float>& b) {
   return num / den;
 }
 
-TEST(Mtp, GoldenManifestHolds) {
-  EXPECT_EQ(testing::CheckManifest(kDir), std::vector<std::string>{});
+TEST(Mtp, GoldenManifestsHold) {
+  for (const char* f : {"qwen3_5", "qwen3_next"}) {
+    EXPECT_EQ(testing::CheckManifest(Dir(f)), std::vector<std::string>{}) << f;
+  }
 }
 
 TEST(Mtp, LoaderKeepsTheNextnLayerOutOfTheTrunk) {
-  const models::Config& c = G().model->config();
-  EXPECT_EQ(c.n_layer, 8);
-  EXPECT_EQ(c.layers.size(), 8u);
-  EXPECT_EQ(c.n_nextn, 1);
-  EXPECT_EQ(c.nextn_layer.mixer, models::MixerKind::kGatedAttention);
-  EXPECT_EQ(c.nextn_layer.ffn, models::FfnKind::kDense);
-  ASSERT_EQ(G().model->weights().nextn.size(), 1u);
-  const models::NextnWeights& w = G().model->weights().nextn[0];
-  EXPECT_EQ(w.eh_proj.cols, 2 * c.n_embd);
-  EXPECT_EQ(w.eh_proj.rows, c.n_embd);
-  EXPECT_TRUE(w.enorm.bound() && w.hnorm.bound() && w.shared_head_norm.bound());
-  EXPECT_TRUE(w.layer.wq.bound() && w.layer.ffn_down.bound());
+  for (const char* f : {"qwen3_5", "qwen3_next"}) {
+    SCOPED_TRACE(f);
+    const bool moe = std::string(f) == "qwen3_next";
+    const models::Config& c = G(f).model->config();
+    EXPECT_EQ(c.n_layer, 8);
+    EXPECT_EQ(c.layers.size(), 8u);
+    EXPECT_EQ(c.n_nextn, 1);
+    EXPECT_EQ(c.nextn_layer.mixer, models::MixerKind::kGatedAttention);
+    EXPECT_EQ(c.nextn_layer.ffn, moe ? models::FfnKind::kMoe : models::FfnKind::kDense);
+    ASSERT_EQ(G(f).model->weights().nextn.size(), 1u);
+    const models::NextnWeights& w = G(f).model->weights().nextn[0];
+    EXPECT_EQ(w.eh_proj.cols, 2 * c.n_embd);
+    EXPECT_EQ(w.eh_proj.rows, c.n_embd);
+    EXPECT_TRUE(w.enorm.bound() && w.hnorm.bound() && w.shared_head_norm.bound());
+    EXPECT_TRUE(w.layer.wq.bound());
+    EXPECT_TRUE(moe ? w.layer.ffn_down_exps.bound() && w.layer.ffn_gate_inp_shexp.bound()
+                    : w.layer.ffn_down.bound());
+  }
 }
 
 // The target's hidden rows for every prompt token (one step), [N, d].
-std::vector<float> TargetHidden(backend::Backend& be, const std::vector<int32_t>& ids) {
+std::vector<float> TargetHidden(const Golden& g, backend::Backend& be,
+                                const std::vector<int32_t>& ids) {
   models::RunnerOptions o;
   o.max_step_tokens = static_cast<int64_t>(ids.size());
   o.max_logit_rows = 1;
   o.n_blocks = 8;
   o.n_state_slots = 1;
-  auto r = models::Runner::Create(*G().model, be, o);
+  auto r = models::Runner::Create(*g.model, be, o);
   EXPECT_TRUE(r.ok()) << r.status();
   std::vector<int32_t> blocks = {3, 1, 4, 0, 2, 5, 7, 6};
   std::vector<float> logits, hidden;
@@ -140,21 +155,28 @@ std::vector<float> TargetHidden(backend::Backend& be, const std::vector<int32_t>
   return hidden;
 }
 
-class MtpBackends : public ::testing::TestWithParam<std::string> {};
+// (family, backend)
+class MtpBackends : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  const std::string family = std::get<0>(GetParam());
+  const std::string backend = std::get<1>(GetParam());
+  const std::string what = family + "/" + backend;
+};
 
 TEST_P(MtpBackends, TargetHiddenRowsMatchTransformers) {
-  auto be = Make(GetParam());
-  const std::vector<float> h = TargetHidden(*be, G().ids);
-  ASSERT_EQ(h.size(), G().hidden.data.size());
-  const double nmse = Nmse(h, G().hidden.data);
-  std::printf("[ covered ] %s target hidden: %zu rows, nmse %.3g\n", GetParam().c_str(),
-              G().ids.size(), nmse);
+  auto be = Make(backend);
+  const Golden& g = G(family);
+  const std::vector<float> h = TargetHidden(g, *be, g.ids);
+  ASSERT_EQ(h.size(), g.hidden.data.size());
+  const double nmse = Nmse(h, g.hidden.data);
+  std::printf("[ covered ] %s target hidden: %zu rows, nmse %.3g\n", what.c_str(), g.ids.size(),
+              nmse);
   EXPECT_LE(nmse, tol::kTinyGoldenNmse);
 }
 
 TEST_P(MtpBackends, DraftLogitsMatchTheGolden) {
-  const Golden& g = G();
-  auto be = Make(GetParam());
+  const Golden& g = G(family);
+  auto be = Make(backend);
   models::MtpOptions o;
   o.max_step_tokens = 64;
   o.n_blocks = 8;
@@ -171,7 +193,7 @@ TEST_P(MtpBackends, DraftLogitsMatchTheGolden) {
                        N - 1};
     ASSERT_TRUE((*head)->Forward(e, &logits, &out_g).ok());
     ASSERT_EQ(g.mtp_logits.shape, (std::vector<int64_t>{N - 1, V}));
-    ExpectLogits(logits.data(), g.mtp_logits.data.data(), N - 1, V, GetParam() + " teacher-forced");
+    ExpectLogits(logits.data(), g.mtp_logits.data.data(), N - 1, V, what + " teacher-forced");
   }
   // Chained from each context L: rows 0..L-2 (two steps, to cross a step boundary), then K - 1
   // rows of (the golden's draft token, the block's own g).
@@ -197,17 +219,17 @@ TEST_P(MtpBackends, DraftLogitsMatchTheGolden) {
       got.insert(got.end(), logits.begin(), logits.end());
     }
     ExpectLogits(got.data(), g.chain_logits.data.data() + ci * g.k * V, g.k, V,
-                 GetParam() + " chain from context " + std::to_string(L));
+                 what + " chain from context " + std::to_string(L));
   }
 }
 
 TEST_P(MtpBackends, DrafterProposesTheGoldenChain) {
-  const Golden& g = G();
-  auto be = Make(GetParam());
+  const Golden& g = G(family);
+  auto be = Make(backend);
   auto drafter = spec::MakeDrafter(*g.model, *be, "self", 256);
   ASSERT_TRUE(drafter.ok()) << drafter.status();
   EXPECT_EQ((*drafter)->name(), "mtp");
-  const std::vector<float> h = TargetHidden(*be, g.ids);
+  const std::vector<float> h = TargetHidden(g, *be, g.ids);
   const int64_t d = g.model->config().n_embd;
   sampling::SamplingParams p;
   p.temperature = 0.0f;
@@ -231,11 +253,13 @@ TEST_P(MtpBackends, DrafterProposesTheGoldenChain) {
       EXPECT_EQ(draft->tokens, c.tokens) << "context " << c.context;
     }
   }
-  std::printf("[ covered ] %s drafter: %zu contexts x K = %lld\n", GetParam().c_str(),
+  std::printf("[ covered ] %s drafter: %zu contexts x K = %lld\n", what.c_str(),
               g.chains.size(), static_cast<long long>(g.k));
 }
 
-INSTANTIATE_TEST_SUITE_P(RefAndCpu, MtpBackends, ::testing::Values("ref", "cpu"));
+INSTANTIATE_TEST_SUITE_P(FamiliesOnRefAndCpu, MtpBackends,
+                         ::testing::Combine(::testing::Values("qwen3_5", "qwen3_next"),
+                                            ::testing::Values("ref", "cpu")));
 
 // ---- through the engine ----
 
@@ -245,19 +269,19 @@ struct EngineEnv {
   std::unique_ptr<spec::Drafter> drafter;
 };
 
-EngineEnv& Env() {
-  static EngineEnv* env = [] {
-    auto* e = new EngineEnv;
-    auto t = tokenizer::Tokenizer::FromGguf(G().model->file());
-    EXPECT_TRUE(t.ok()) << t.status();
-    e->tok = std::make_unique<tokenizer::Tokenizer>(std::move(*t));
-    e->be = Make("cpu");
-    auto d = spec::MakeDrafter(*G().model, *e->be, "self", 2048);
-    EXPECT_TRUE(d.ok()) << d.status();
-    e->drafter = std::move(*d);
-    return e;
-  }();
-  return *env;
+EngineEnv& Env(const std::string& family) {
+  static std::map<std::string, EngineEnv*> cache;
+  EngineEnv*& e = cache[family];
+  if (e != nullptr) return *e;
+  e = new EngineEnv;
+  auto t = tokenizer::Tokenizer::FromGguf(G(family).model->file());
+  EXPECT_TRUE(t.ok()) << t.status();
+  e->tok = std::make_unique<tokenizer::Tokenizer>(std::move(*t));
+  e->be = Make("cpu");
+  auto d = spec::MakeDrafter(*G(family).model, *e->be, "self", 2048);
+  EXPECT_TRUE(d.ok()) << d.status();
+  e->drafter = std::move(*d);
+  return *e;
 }
 
 std::vector<int32_t> Prompt(int n, int seed) {
@@ -281,7 +305,8 @@ runtime::Request Req(std::vector<int32_t> prompt, bool sampled, int k, spec::Dra
 
 // Runs the requests together (step budget `step_tokens`); results in submission order. With
 // `preempt_at` >= 0, the first request is preempted (recomputed from position 0) at that step.
-std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, int64_t step_tokens,
+std::vector<runtime::RequestResult> RunAll(const std::string& family,
+                                           std::vector<runtime::Request> reqs, int64_t step_tokens,
                                            int preempt_at = -1) {
   runtime::EngineOptions o;
   o.ctx = 256;
@@ -289,7 +314,7 @@ std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, i
   o.max_running = 4;
   o.max_spec_k = 4;
   o.prefix_cache_bytes = 0;
-  auto engine = runtime::Engine::Create(*G().model, *Env().tok, *Env().be, o);
+  auto engine = runtime::Engine::Create(*G(family).model, *Env(family).tok, *Env(family).be, o);
   EXPECT_TRUE(engine.ok()) << engine.status();
   std::vector<int64_t> ids;
   for (auto& r : reqs) ids.push_back(*(*engine)->Submit(std::move(r)));
@@ -310,18 +335,21 @@ std::vector<runtime::RequestResult> RunAll(std::vector<runtime::Request> reqs, i
   return out;
 }
 
-TEST(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
-  spec::Drafter* mtp = Env().drafter.get();
+class MtpEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
+  const std::string family = GetParam();
+  spec::Drafter* mtp = Env(family).drafter.get();
   const std::vector<std::vector<int32_t>> prompts = {Prompt(30, 1), Prompt(7, 2), Prompt(45, 3)};
   int64_t drafted = 0, accepted = 0, cases = 0;
   for (bool sampled : {false, true}) {
     std::vector<runtime::Request> plain;
     for (const auto& p : prompts) plain.push_back(Req(p, sampled, 1, nullptr));
-    const std::vector<runtime::RequestResult> want = RunAll(std::move(plain), 256);
+    const std::vector<runtime::RequestResult> want = RunAll(family, std::move(plain), 256);
     for (int k : {1, 2, 4}) {
       // Alone (one step of prefill), then all together with chunked prefills (budget 13).
       for (size_t i = 0; i < prompts.size(); ++i) {
-        const auto got = RunAll({Req(prompts[i], sampled, k, mtp)}, 256);
+        const auto got = RunAll(family, {Req(prompts[i], sampled, k, mtp)}, 256);
         EXPECT_EQ(got[0].gen.tokens, want[i].gen.tokens)
             << (sampled ? "coupled" : "greedy") << " K=" << k << " prompt " << i;
         drafted += got[0].stats.drafted;
@@ -330,7 +358,7 @@ TEST(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
       }
       std::vector<runtime::Request> batch;
       for (const auto& p : prompts) batch.push_back(Req(p, sampled, k, mtp));
-      const auto got = RunAll(std::move(batch), 13, /*preempt_at=*/9);
+      const auto got = RunAll(family, std::move(batch), 13, /*preempt_at=*/9);
       for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_EQ(got[i].gen.tokens, want[i].gen.tokens)
             << (sampled ? "coupled" : "greedy") << " batched K=" << k << " prompt " << i;
@@ -339,15 +367,17 @@ TEST(MtpEngine, GreedyAndCoupledOutputEqualsPlainDecoding) {
       }
     }
   }
-  std::printf("[ covered ] %lld spec runs (greedy + coupled, K = 1, 2, 4, alone and batched at "
+  std::printf("[ covered ] %s: %lld spec runs (greedy + coupled, K = 1, 2, 4, alone and batched at "
               "step budget 13 with a preemption) equal plain decoding; drafted %lld, accepted %lld "
               "(alone)\n",
-              static_cast<long long>(cases), static_cast<long long>(drafted),
+              family.c_str(), static_cast<long long>(cases), static_cast<long long>(drafted),
               static_cast<long long>(accepted));
   EXPECT_GT(drafted, 0);
 }
 
-TEST(MtpEngine, AFileWithoutAnMtpBlockIsRefusedByName) {
+INSTANTIATE_TEST_SUITE_P(Families, MtpEngine, ::testing::Values("qwen3_5", "qwen3_next"));
+
+TEST(MtpDrafter, AFileWithoutAnMtpBlockIsRefusedByName) {
   auto m = models::Model::Load(std::string(LOCKSTEP_SOURCE_DIR) +
                                "/golden/families/qwen3_5/qwen3_5.gguf");
   ASSERT_TRUE(m.ok()) << m.status();
