@@ -9,7 +9,8 @@
 //   - the drafter (`--draft self`) proposes the golden's chained tokens;
 //   - greedy and coupled output through runtime::Engine with the MTP drafter are byte-identical to
 //     plain decoding, for K = 1, 2, 4, alone and batched with chunked prefills and a preemption;
-//   - a file without an MTP block gives an error saying so.
+//   - a file without an MTP block gives an error saying so;
+//   - `lockstep run --draft self` prints its boot line and the text of plain decoding.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -32,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/golden_manifest.h"
+#include "tests/support/run_command.h"
 
 namespace lockstep {
 namespace {
@@ -388,6 +390,38 @@ TEST(MtpDrafter, AFileWithoutAnMtpBlockIsRefusedByName) {
   EXPECT_NE(d.status().message().find("has no MTP block"), std::string::npos) << d.status();
   EXPECT_NE(d.status().message().find("qwen35.nextn_predict_layers"), std::string::npos)
       << d.status();
+}
+
+// `lockstep run --draft self` as a user runs it: the boot line, the same text as plain decoding
+// (greedy and coupled), and the refusal of a file without an MTP block (exit 2, the sentence).
+TEST(MtpCli, RunDraftSelfSaysSoAndPrintsThePlainText) {
+  const std::string model = Dir("qwen3_5") + "qwen3_5_mtp.gguf";
+  for (const char* sampling : {"--temp 0", "--temp 0.9 --seed 11"}) {
+    const std::string args = "run --model " + model + " --prompt 'the quick brown fox' -n 16 " +
+                             sampling + " --quiet";
+    const testing::Ran plain = testing::RunLockstep(args);
+    const testing::Ran spec = testing::RunLockstep(args + " --draft self --spec-k 3");
+    EXPECT_EQ(plain.exit_code, 0) << plain.out;
+    EXPECT_EQ(spec.exit_code, 0) << spec.out;
+    EXPECT_FALSE(plain.out.empty());
+    EXPECT_EQ(spec.out, plain.out) << sampling;
+  }
+  const testing::Ran boot =
+      testing::RunLockstep("run --model " + model + " --prompt 'the quick' -n 4 --draft self");
+  EXPECT_EQ(boot.exit_code, 0) << boot.out;
+  EXPECT_NE(boot.out.find("drafter: the model drafts for itself with its MTP head (qwen35 "
+                          "blk.8.nextn, 1 block), K = 4"),
+            std::string::npos)
+      << boot.out;
+  EXPECT_NE(boot.out.find("speculative (mtp)"), std::string::npos) << boot.out;
+  const std::string plain_file =
+      std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/qwen3_5/qwen3_5.gguf";
+  const testing::Ran none =
+      testing::RunLockstep("run --model " + plain_file + " --prompt 'the quick' -n 4 --draft self");
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  EXPECT_NE(none.out.find(plain_file + ": --draft self: the target model"), std::string::npos)
+      << none.out;
+  EXPECT_NE(none.out.find("has no MTP block"), std::string::npos) << none.out;
 }
 
 }  // namespace
