@@ -38,8 +38,12 @@ class MtpDraftState : public DraftState {
           "MTP drafter: hidden rows for positions [", start, ", ", start + n, ") after rows [0, ",
           n_hidden_, ") (", rows.size(), " floats of ", d_, " per row)"));
     }
-    hidden_.resize((start + n) * d_);
-    std::copy(rows.begin(), rows.end(), hidden_.begin() + start * d_);
+    if (start < base_) {  // rows before the kept window come again: a recompute from `start`
+      base_ = start;
+      hidden_.clear();
+    }
+    hidden_.resize((start - base_ + n) * d_);
+    std::copy(rows.begin(), rows.end(), hidden_.begin() + (start - base_) * d_);
     n_hidden_ = start + n;
     // A rewritten row invalidates the block's rows from it on (a recompute after preemption).
     n_true_ = std::min(n_true_, start);
@@ -59,6 +63,11 @@ class MtpDraftState : public DraftState {
     // its logits give the first draft.
     int64_t keep = 0;
     while (keep < n_true_ && keep < L - 2 && fed_[keep] == req.context[keep + 1]) ++keep;
+    if (keep < base_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "MTP drafter: the context changed at position ", keep + 1, " but the target's hidden "
+          "rows before position ", base_, " were not handed over again"));
+    }
     models::TruncateKv(*s_.pool, kv_, keep);
     fed_.resize(keep);
     n_true_ = keep;
@@ -70,7 +79,9 @@ class MtpDraftState : public DraftState {
       ASSIGN_OR_RETURN(const bool room, Reserve(keep + n, req.mode));
       if (!room) return d;
       const models::MtpEntry e{std::span<const int32_t>(history).subspan(keep + 1, n),
-                               std::span<const float>(hidden_).subspan(keep * d_, n * d_), keep,
+                               std::span<const float>(hidden_).subspan((keep - base_) * d_,
+                                                                       n * d_),
+                               keep,
                                kv_.blocks, 1};
       RETURN_IF_ERROR(s_.head->Forward(e, &logits, &g));
       fed_.insert(fed_.end(), history.begin() + keep + 1, history.begin() + keep + 1 + n);
@@ -78,6 +89,10 @@ class MtpDraftState : public DraftState {
       kv_.n_tokens = keep;
     }
     n_true_ = L - 1;
+    // The block's KV holds rows [0, L-1): only row L-2 on may be fed again (host memory stays
+    // O(rows per round), not O(context)).
+    hidden_.erase(hidden_.begin(), hidden_.begin() + (L - 2 - base_) * d_);
+    base_ = L - 2;
     for (int i = 0; i < req.k; ++i) {
       const uint64_t position = static_cast<uint64_t>(L + i);
       int32_t x;
@@ -123,8 +138,8 @@ class MtpDraftState : public DraftState {
 
   MtpShared& s_;
   const int64_t d_;
-  std::vector<float> hidden_;  // [n_hidden_, d] the target's H per position
-  int64_t n_hidden_ = 0;
+  std::vector<float> hidden_;  // [n_hidden_ - base_, d] the target's H at positions base_..
+  int64_t base_ = 0, n_hidden_ = 0;
   int64_t n_true_ = 0;         // the block's KV rows [0, n_true_) come from the target's H
   models::SeqKv kv_;
   std::vector<int32_t> fed_;   // fed_[p] = the token of row p (t[p+1]), rows [0, n_true_)
