@@ -51,7 +51,8 @@ void RegisterBenchSpec(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("bench-spec", "Plain vs speculative decoding, per drafter and mode");
   sub->add_option("TARGET", a->target, "Target model")->required();
-  sub->add_option("--draft", a->draft, "Draft model (the n-gram drafter always runs too)");
+  sub->add_option("--draft", a->draft,
+                  "Draft model, or self: the target's MTP head (the n-gram drafter always runs too)");
   sub->add_option("--prompts", a->prompts, "File with one prompt per line")->required();
   sub->add_option("-n", a->n, "Tokens per prompt")->capture_default_str();
   sub->add_option("--spec-k", a->k, "Draft tokens per round")->capture_default_str();
@@ -73,7 +74,11 @@ void RegisterBenchSpec(CLI::App& app) {
       }
     }
     std::unique_ptr<spec::Drafter> model_drafter;
-    if (!a->draft.empty()) {
+    if (a->draft == "self") {  // the target's own MTP head (docs/speculative.md)
+      auto md = spec::MakeMtpDrafter(*t.model, **be);
+      if (!md.ok()) throw CliError(2, a->target + ": " + std::string(md.status().message()));
+      model_drafter = std::move(*md);
+    } else if (!a->draft.empty()) {
       LoadedModel d = LoadModel(a->draft, false);
       auto md = spec::MakeModelDrafter(*t.model, std::move(d.model), **be);
       ThrowIfError(md.status());
@@ -81,7 +86,7 @@ void RegisterBenchSpec(CLI::App& app) {
     }
     std::unique_ptr<spec::Drafter> ngram = spec::MakeNgramDrafter(t.model->config().n_vocab);
     std::vector<std::pair<std::string, spec::Drafter*>> drafters = {{"ngram", ngram.get()}};
-    if (model_drafter) drafters.push_back({"draft-model", model_drafter.get()});
+    if (model_drafter) drafters.push_back({model_drafter->name(), model_drafter.get()});
     const std::vector<spec::SpecMode> modes = {spec::SpecMode::kGreedy, spec::SpecMode::kCoupled,
                                                spec::SpecMode::kReject};
     auto noop = [](std::string_view) {};
