@@ -31,7 +31,8 @@ class CpuBackend final : public HostBackend {
   explicit CpuBackend(int threads = 0) : pool_(threads) {}
 
   std::string_view name() const override { return "cpu"; }
-  // "cpu: avx2, 2 threads": the dot kernels' ISA path chosen at run time.
+  // "cpu: avx512, 2 threads": the dot kernels' ISA path chosen at run time (base, avx2, avx512;
+  // LOCKSTEP_CPU_ISA forces one, cpu_dot_kernels.h).
   std::string Describe() const override;
   int threads() const { return pool_.size(); }
 
