@@ -64,7 +64,7 @@ struct StepEntry {
   // Hybrid models: the state slot this sequence reads and writes; and, when non-empty (one per
   // token), the slot that also receives the state right after each token (-1: none).
   int32_t state_slot = -1;
-  std::span<const int32_t> state_checkpoints;
+  std::span<const int32_t> state_checkpoints = {};
   // When set: receives the final hidden state after the output norm (the LM head's input) of
   // every one of its tokens, [tokens.size(), n_embd] (what an MTP drafter reads; mtp.h).
   std::vector<float>* hidden = nullptr;
