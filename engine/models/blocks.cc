@@ -28,6 +28,42 @@ const char* FfnKindName(FfnKind k) {
   return "?";
 }
 
+absl::Status AllocateScratch(const Config& c, int64_t T, Arena& arena, const std::string& what,
+                             Scratch* s) {
+  const int64_t d = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_kv_head * c.head_dim;
+  ASSIGN_OR_RETURN(s->h, arena.NewTensor(T, d, what));
+  ASSIGN_OR_RETURN(s->q, arena.NewTensor(T, q_dim, what));
+  ASSIGN_OR_RETURN(s->k, arena.NewTensor(T, kv_dim, what));
+  ASSIGN_OR_RETURN(s->v, arena.NewTensor(T, kv_dim, what));
+  ASSIGN_OR_RETURN(s->attn, arena.NewTensor(T, q_dim, what));
+  ASSIGN_OR_RETURN(s->o, arena.NewTensor(T, d, what));
+  ASSIGN_OR_RETURN(s->gate, arena.NewTensor(T, c.n_ff, what));
+  ASSIGN_OR_RETURN(s->up, arena.NewTensor(T, c.n_ff, what));
+  ASSIGN_OR_RETURN(s->act, arena.NewTensor(T, c.n_ff, what));
+  if (c.HasMoe()) {
+    const MoeConfig& m = c.moe;
+    const int64_t Tk = T * m.n_expert_used;
+    const std::string moe = what + " (MoE)";
+    ASSIGN_OR_RETURN(s->router, arena.NewTensor(T, m.n_expert, moe));
+    ASSIGN_OR_RETURN(s->route_w, arena.NewTensor(T, m.n_expert_used, moe));
+    ASSIGN_OR_RETURN(s->route_ids, arena.NewIntTensor(T, m.n_expert_used, moe));
+    ASSIGN_OR_RETURN(s->e_gate, arena.NewTensor(Tk, m.n_ff_exp, moe));
+    ASSIGN_OR_RETURN(s->e_up, arena.NewTensor(Tk, m.n_ff_exp, moe));
+    ASSIGN_OR_RETURN(s->e_act, arena.NewTensor(Tk, m.n_ff_exp, moe));
+    ASSIGN_OR_RETURN(s->e_out, arena.NewTensor(Tk, d, moe));
+    if (m.n_ff_shexp > 0) {
+      ASSIGN_OR_RETURN(s->sh_gate, arena.NewTensor(T, m.n_ff_shexp, moe));
+      ASSIGN_OR_RETURN(s->sh_up, arena.NewTensor(T, m.n_ff_shexp, moe));
+      ASSIGN_OR_RETURN(s->sh_act, arena.NewTensor(T, m.n_ff_shexp, moe));
+      ASSIGN_OR_RETURN(s->sh_out, arena.NewTensor(T, d, moe));
+      ASSIGN_OR_RETURN(s->sh_g, arena.NewTensor(T, 1, moe));
+    }
+  }
+  const std::string gdn = what + " (GDN)";
+  return AllocateGdnScratch(
+      c, T, [&](int64_t rows, int64_t cols) { return arena.NewTensor(rows, cols, gdn); }, &s->gdn);
+}
+
 bool Config::HasMoe() const {
   for (const LayerConfig& l : layers) {
     if (l.ffn == FfnKind::kMoe) return true;

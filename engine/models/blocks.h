@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/gguf/gguf.h"
+#include "engine/models/arena.h"
 #include "engine/models/model.h"
 
 namespace lockstep::models {
@@ -45,6 +46,11 @@ struct Scratch {
   // Rows [0, T) of every tensor.
   Scratch Rows(int64_t T) const;
 };
+
+// Allocates the rows of every tensor the layers of `c` use, for steps of up to T tokens (the MoE
+// and GDN rows only when some layer needs them); `what` names them in an out-of-memory error.
+absl::Status AllocateScratch(const Config& c, int64_t T, Arena& arena, const std::string& what,
+                             Scratch* s);
 
 // Called with each named intermediate of a layer ("attn_out" of layer il -> "blk.il.attn_out").
 using EmitFn = std::function<absl::Status(int64_t layer, const char* name, backend::Tensor t)>;

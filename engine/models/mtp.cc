@@ -79,23 +79,7 @@ absl::StatusOr<std::unique_ptr<MtpHead>> MtpHead::Create(const Model& target, ba
   return h;
 }
 
-MtpHead::~MtpHead() {
-  for (void* p : owned_) be_.Free(p);
-}
-
-absl::StatusOr<Tensor> MtpHead::NewTensor(int64_t rows, int64_t cols, const char* what) {
-  ASSIGN_OR_RETURN(void* p, be_.Allocate(rows * cols * static_cast<int64_t>(sizeof(float)), what));
-  owned_.push_back(p);
-  return Tensor{static_cast<float*>(p), rows, cols};
-}
-
-absl::StatusOr<backend::IntTensor> MtpHead::NewIntTensor(int64_t rows, int64_t cols,
-                                                         const char* what) {
-  ASSIGN_OR_RETURN(void* p,
-                   be_.Allocate(rows * cols * static_cast<int64_t>(sizeof(int32_t)), what));
-  owned_.push_back(p);
-  return backend::IntTensor{static_cast<int32_t*>(p), rows, cols};
-}
+MtpHead::~MtpHead() = default;
 
 absl::Status MtpHead::Init() {
   const Config& tc = target_.config();
@@ -127,51 +111,19 @@ absl::Status MtpHead::Init() {
   layout_.n_blocks = options_.n_blocks;
   layout_.block_size = options_.block_size;
   layout_.kv_dim = tc.n_kv_head * tc.head_dim;
-  ASSIGN_OR_RETURN(kv_.k, be_.Allocate(layout_.k_bytes(), "MTP KV pool (K)"));
-  owned_.push_back(kv_.k);
-  ASSIGN_OR_RETURN(kv_.v, be_.Allocate(layout_.v_bytes(), "MTP KV pool (V)"));
-  owned_.push_back(kv_.v);
+  ASSIGN_OR_RETURN(kv_.k, arena_.Allocate(layout_.k_bytes(), "MTP KV pool (K)"));
+  ASSIGN_OR_RETURN(kv_.v, arena_.Allocate(layout_.v_bytes(), "MTP KV pool (V)"));
 
   const int64_t T = options_.max_step_tokens, d = tc.n_embd;
-  const int64_t q_dim = tc.n_head * tc.head_dim;
-  ASSIGN_OR_RETURN(e_, NewTensor(T, d, "MTP workspace"));
-  ASSIGN_OR_RETURN(h_, NewTensor(T, d, "MTP workspace"));
-  ASSIGN_OR_RETURN(ec_, NewTensor(T, 2 * d, "MTP workspace"));
-  ASSIGN_OR_RETURN(x_, NewTensor(T, d, "MTP workspace"));
-  ASSIGN_OR_RETURN(sel_, NewTensor(T, d, "MTP workspace"));
-  ASSIGN_OR_RETURN(logits_, NewTensor(T, output_.rows, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.h, NewTensor(T, d, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.q, NewTensor(T, q_dim, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.k, NewTensor(T, layout_.kv_dim, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.v, NewTensor(T, layout_.kv_dim, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.attn, NewTensor(T, q_dim, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.o, NewTensor(T, d, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.gate, NewTensor(T, tc.n_ff, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.up, NewTensor(T, tc.n_ff, "MTP workspace"));
-  ASSIGN_OR_RETURN(s_.act, NewTensor(T, tc.n_ff, "MTP workspace"));
-  if (tc.nextn_layer.ffn == FfnKind::kMoe) {
-    const MoeConfig& m = tc.moe;
-    const int64_t Tk = T * m.n_expert_used;
-    ASSIGN_OR_RETURN(s_.router, NewTensor(T, m.n_expert, "MTP workspace (MoE)"));
-    ASSIGN_OR_RETURN(s_.route_w, NewTensor(T, m.n_expert_used, "MTP workspace (MoE)"));
-    ASSIGN_OR_RETURN(s_.route_ids, NewIntTensor(T, m.n_expert_used, "MTP workspace (MoE)"));
-    ASSIGN_OR_RETURN(s_.e_gate, NewTensor(Tk, m.n_ff_exp, "MTP workspace (MoE)"));
-    ASSIGN_OR_RETURN(s_.e_up, NewTensor(Tk, m.n_ff_exp, "MTP workspace (MoE)"));
-    ASSIGN_OR_RETURN(s_.e_act, NewTensor(Tk, m.n_ff_exp, "MTP workspace (MoE)"));
-    ASSIGN_OR_RETURN(s_.e_out, NewTensor(Tk, d, "MTP workspace (MoE)"));
-    if (m.n_ff_shexp > 0) {
-      ASSIGN_OR_RETURN(s_.sh_gate, NewTensor(T, m.n_ff_shexp, "MTP workspace (MoE)"));
-      ASSIGN_OR_RETURN(s_.sh_up, NewTensor(T, m.n_ff_shexp, "MTP workspace (MoE)"));
-      ASSIGN_OR_RETURN(s_.sh_act, NewTensor(T, m.n_ff_shexp, "MTP workspace (MoE)"));
-      ASSIGN_OR_RETURN(s_.sh_out, NewTensor(T, d, "MTP workspace (MoE)"));
-      ASSIGN_OR_RETURN(s_.sh_g, NewTensor(T, 1, "MTP workspace (MoE)"));
-    }
-  }
-  Config only = tc;  // the gated attention rows, and no GDN rows: the block has one layer
+  ASSIGN_OR_RETURN(e_, arena_.NewTensor(T, d, "MTP workspace"));
+  ASSIGN_OR_RETURN(h_, arena_.NewTensor(T, d, "MTP workspace"));
+  ASSIGN_OR_RETURN(ec_, arena_.NewTensor(T, 2 * d, "MTP workspace"));
+  ASSIGN_OR_RETURN(x_, arena_.NewTensor(T, d, "MTP workspace"));
+  ASSIGN_OR_RETURN(sel_, arena_.NewTensor(T, d, "MTP workspace"));
+  ASSIGN_OR_RETURN(logits_, arena_.NewTensor(T, output_.rows, "MTP workspace"));
+  Config only = tc;  // the block's one layer: its attention, FFN (dense or MoE) and gate rows
   only.layers = {tc.nextn_layer};
-  return AllocateGdnScratch(
-      only, T, [&](int64_t rows, int64_t cols) { return NewTensor(rows, cols, "MTP workspace"); },
-      &s_.gdn);
+  return AllocateScratch(only, T, arena_, "MTP workspace", &s_);
 }
 
 absl::Status MtpHead::CopyBlock(int32_t src, int32_t dst) {

@@ -21,6 +21,7 @@
 #include "engine/backend/backend.h"
 #include "engine/gguf/gguf.h"
 #include "engine/models/blocks.h"
+#include "engine/models/arena.h"
 #include "engine/models/model.h"
 #include "engine/models/runner.h"
 
@@ -76,8 +77,6 @@ class MtpHead {
   MtpHead(const Model& target, backend::Backend& be, const MtpOptions& o)
       : target_(target), be_(be), options_(o) {}
   absl::Status Init();
-  absl::StatusOr<backend::Tensor> NewTensor(int64_t rows, int64_t cols, const char* what);
-  absl::StatusOr<backend::IntTensor> NewIntTensor(int64_t rows, int64_t cols, const char* what);
 
   const Model& target_;
   backend::Backend& be_;
@@ -90,7 +89,7 @@ class MtpHead {
   backend::KvLayer kv_;
   backend::Tensor e_, h_, ec_, x_, sel_, logits_;
   Scratch s_;
-  std::vector<void*> owned_;
+  Arena arena_{be_};
 };
 
 }  // namespace lockstep::models

@@ -58,21 +58,6 @@ Runner::~Runner() {
     stop.kind = wire::Kind::kStop;
     (void)options_.link->Send(1, wire::Encode(stop));  // a stage already gone needs no stop
   }
-  for (void* p : owned_) be_.Free(p);
-}
-
-absl::StatusOr<Tensor> Runner::NewTensor(int64_t rows, int64_t cols, const char* what) {
-  ASSIGN_OR_RETURN(void* p, be_.Allocate(rows * cols * static_cast<int64_t>(sizeof(float)), what));
-  owned_.push_back(p);
-  return Tensor{static_cast<float*>(p), rows, cols};
-}
-
-absl::StatusOr<backend::IntTensor> Runner::NewIntTensor(int64_t rows, int64_t cols,
-                                                        const char* what) {
-  ASSIGN_OR_RETURN(void* p,
-                   be_.Allocate(rows * cols * static_cast<int64_t>(sizeof(int32_t)), what));
-  owned_.push_back(p);
-  return backend::IntTensor{static_cast<int32_t*>(p), rows, cols};
 }
 
 absl::Status Runner::Init() {
@@ -131,10 +116,8 @@ absl::Status Runner::Init() {
   layout_.kv_dim = c.n_kv_head * c.head_dim;
   kv_.resize(c.n_layer);  // only this stage's layers get storage
   for (int64_t il = first_; il < last_; ++il) {
-    ASSIGN_OR_RETURN(kv_[il].k, be_.Allocate(layout_.k_bytes(), "KV pool (K)"));
-    owned_.push_back(kv_[il].k);
-    ASSIGN_OR_RETURN(kv_[il].v, be_.Allocate(layout_.v_bytes(), "KV pool (V)"));
-    owned_.push_back(kv_[il].v);
+    ASSIGN_OR_RETURN(kv_[il].k, arena_.Allocate(layout_.k_bytes(), "KV pool (K)"));
+    ASSIGN_OR_RETURN(kv_[il].v, arena_.Allocate(layout_.v_bytes(), "KV pool (V)"));
   }
   gdn_state_.resize(c.n_layer);
   if (c.gdn.present()) {
@@ -151,49 +134,19 @@ absl::Status Runner::Init() {
     const int64_t n = options_.n_state_slots;
     for (int64_t il = first_; il < last_; ++il) {
       if (c.layers[il].mixer != MixerKind::kGatedDeltaNet) continue;
-      ASSIGN_OR_RETURN(Tensor conv, NewTensor(n, gdn_layout_.conv_floats(), "state pool (conv)"));
-      ASSIGN_OR_RETURN(Tensor ssm, NewTensor(n, gdn_layout_.ssm_floats(), "state pool (delta)"));
+      ASSIGN_OR_RETURN(Tensor conv, arena_.NewTensor(n, gdn_layout_.conv_floats(), "state pool (conv)"));
+      ASSIGN_OR_RETURN(Tensor ssm, arena_.NewTensor(n, gdn_layout_.ssm_floats(), "state pool (delta)"));
       gdn_state_[il] = {conv.data, ssm.data};
     }
   }
 
   const int64_t T = options_.max_step_tokens, d = c.n_embd;
-  const int64_t q_dim = c.n_head * c.head_dim;
   Scratch& s = ws_.blocks;
-  ASSIGN_OR_RETURN(ws_.x, NewTensor(T, d, "workspace"));
-  ASSIGN_OR_RETURN(s.h, NewTensor(T, d, "workspace"));
-  ASSIGN_OR_RETURN(s.q, NewTensor(T, q_dim, "workspace"));
-  ASSIGN_OR_RETURN(s.k, NewTensor(T, layout_.kv_dim, "workspace"));
-  ASSIGN_OR_RETURN(s.v, NewTensor(T, layout_.kv_dim, "workspace"));
-  ASSIGN_OR_RETURN(s.attn, NewTensor(T, q_dim, "workspace"));
-  ASSIGN_OR_RETURN(s.o, NewTensor(T, d, "workspace"));
-  ASSIGN_OR_RETURN(s.gate, NewTensor(T, c.n_ff, "workspace"));
-  ASSIGN_OR_RETURN(s.up, NewTensor(T, c.n_ff, "workspace"));
-  ASSIGN_OR_RETURN(s.act, NewTensor(T, c.n_ff, "workspace"));
-  if (c.HasMoe()) {
-    const MoeConfig& m = c.moe;
-    const int64_t Tk = T * m.n_expert_used;
-    ASSIGN_OR_RETURN(s.router, NewTensor(T, m.n_expert, "workspace (MoE)"));
-    ASSIGN_OR_RETURN(s.route_w, NewTensor(T, m.n_expert_used, "workspace (MoE)"));
-    ASSIGN_OR_RETURN(s.route_ids, NewIntTensor(T, m.n_expert_used, "workspace (MoE)"));
-    ASSIGN_OR_RETURN(s.e_gate, NewTensor(Tk, m.n_ff_exp, "workspace (MoE)"));
-    ASSIGN_OR_RETURN(s.e_up, NewTensor(Tk, m.n_ff_exp, "workspace (MoE)"));
-    ASSIGN_OR_RETURN(s.e_act, NewTensor(Tk, m.n_ff_exp, "workspace (MoE)"));
-    ASSIGN_OR_RETURN(s.e_out, NewTensor(Tk, d, "workspace (MoE)"));
-    if (m.n_ff_shexp > 0) {
-      ASSIGN_OR_RETURN(s.sh_gate, NewTensor(T, m.n_ff_shexp, "workspace (MoE)"));
-      ASSIGN_OR_RETURN(s.sh_up, NewTensor(T, m.n_ff_shexp, "workspace (MoE)"));
-      ASSIGN_OR_RETURN(s.sh_act, NewTensor(T, m.n_ff_shexp, "workspace (MoE)"));
-      ASSIGN_OR_RETURN(s.sh_out, NewTensor(T, d, "workspace (MoE)"));
-      ASSIGN_OR_RETURN(s.sh_g, NewTensor(T, 1, "workspace (MoE)"));
-    }
-  }
-  RETURN_IF_ERROR(AllocateGdnScratch(
-      c, T, [&](int64_t rows, int64_t cols) { return NewTensor(rows, cols, "workspace (GDN)"); },
-      &s.gdn));
+  ASSIGN_OR_RETURN(ws_.x, arena_.NewTensor(T, d, "workspace"));
+  RETURN_IF_ERROR(AllocateScratch(c, T, arena_, "workspace", &s));
   if (head) {
-    ASSIGN_OR_RETURN(ws_.sel, NewTensor(options_.max_logit_rows, d, "workspace"));
-    ASSIGN_OR_RETURN(ws_.logits, NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
+    ASSIGN_OR_RETURN(ws_.sel, arena_.NewTensor(options_.max_logit_rows, d, "workspace"));
+    ASSIGN_OR_RETURN(ws_.logits, arena_.NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
   }
   return absl::OkStatus();
 }

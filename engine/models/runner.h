@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/models/blocks.h"
+#include "engine/models/arena.h"
 #include "engine/models/kv_pool.h"
 #include "engine/models/model.h"
 #include "engine/models/stage_link.h"
@@ -134,8 +135,6 @@ class Runner {
   // line (a stage that cannot start answers with its error).
   absl::Status Handshake();
   void PlaceLogits(const std::vector<float>& raw, int64_t R, std::vector<float>* logits) const;
-  absl::StatusOr<backend::Tensor> NewTensor(int64_t rows, int64_t cols, const char* what);
-  absl::StatusOr<backend::IntTensor> NewIntTensor(int64_t rows, int64_t cols, const char* what);
 
   const Model& model_;
   backend::Backend& be_;
@@ -145,7 +144,7 @@ class Runner {
   std::vector<backend::KvLayer> kv_;     // [n_layer]
   backend::GdnLayout gdn_layout_;        // the state pool (n_slots 0: no recurrent layer)
   std::vector<backend::GdnLayer> gdn_state_;  // [n_layer]; GDN layers only
-  std::vector<void*> owned_;             // every allocation, freed in the destructor
+  Arena arena_{be_};                     // every allocation, freed after the destructor
   struct Workspace {
     backend::Tensor x, sel, logits;  // the residual [T, d]; the head's rows
     Scratch blocks;                  // what the block builders use (blocks.h)
