@@ -158,16 +158,15 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
   return absl::OkStatus();
 }
 
-absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
-                            backend::KvLayer kv, Tensor h, Tensor out) {
+absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
+                          backend::KvLayer kv, Tensor h, bool qk_norm) {
   const Config& c = b.c;
   const LayerConfig& lc = c.layers[il];
   const int64_t hd = c.head_dim;
-  const Tensor q = b.s.q, k = b.s.k, v = b.s.v, attn = b.s.attn;
-  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
+  const Tensor q = b.s.q, k = b.s.k, v = b.s.v;
   RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
   RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
-  if (c.qk_norm) {
+  if (qk_norm) {
     RETURN_IF_ERROR(b.be.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
     RETURN_IF_ERROR(b.be.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
   }
@@ -182,9 +181,15 @@ absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l
   ap.window = lc.sliding ? lc.window : 0;
   ap.softcap = c.attn_softcap;
   RETURN_IF_ERROR(b.be.KvWrite(b.layout, k, v, kv));
-  RETURN_IF_ERROR(b.be.PagedAttention(q, b.layout, kv, c.n_head, c.n_kv_head, hd, ap, attn));
-  RETURN_IF_ERROR(b.emit(il, "kqv", attn));
-  return b.be.MatMul(l.wo, attn, out);
+  return b.be.PagedAttention(q, b.layout, kv, c.n_head, c.n_kv_head, hd, ap, b.s.attn);
+}
+
+absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
+                            backend::KvLayer kv, Tensor h, Tensor out) {
+  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, b.s.q));  // [T, n_head * head_dim]
+  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, b.c.qk_norm));
+  RETURN_IF_ERROR(b.emit(il, "kqv", b.s.attn));
+  return b.be.MatMul(l.wo, b.s.attn, out);
 }
 
 absl::Status DenseFfn(const BlockCtx& b, int64_t /*il*/, const LayerWeights& l, Tensor h,

@@ -176,29 +176,14 @@ absl::Status GdnMixer(const BlockCtx& b, int64_t il, const LayerWeights& l, Tens
 
 absl::Status GatedAttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
                                  backend::KvLayer kv, Tensor h, Tensor out) {
-  const Config& c = b.c;
-  const LayerConfig& lc = c.layers[il];
-  const int64_t hd = c.head_dim;
-  const Tensor q = b.s.q, k = b.s.k, v = b.s.v, attn = b.s.attn;
+  // q and its output gate interleaved per head: [T, n_head * 2 head_dim] -> q | gate.
   const GdnScratch& s = b.s.gdn;
-  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, s.qg));  // [T, n_head * 2 head_dim]
-  RETURN_IF_ERROR(b.be.SplitHalves(s.qg, hd, q, s.agate));
-  RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));
-  RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
-  RETURN_IF_ERROR(b.be.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
-  RETURN_IF_ERROR(b.be.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
-  RETURN_IF_ERROR(b.be.Rope(q, c.n_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
-  RETURN_IF_ERROR(b.be.Rope(k, c.n_kv_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
-  RETURN_IF_ERROR(b.emit(il, "q", q));
-  RETURN_IF_ERROR(b.emit(il, "k", k));
-  RETURN_IF_ERROR(b.emit(il, "v", v));
-  backend::AttentionParams ap;
-  ap.scale = c.attn_scale;
-  RETURN_IF_ERROR(b.be.KvWrite(b.layout, k, v, kv));
-  RETURN_IF_ERROR(b.be.PagedAttention(q, b.layout, kv, c.n_head, c.n_kv_head, hd, ap, attn));
-  RETURN_IF_ERROR(b.be.SigmoidMul(attn, s.agate, attn));
-  RETURN_IF_ERROR(b.emit(il, "kqv", attn));
-  return b.be.MatMul(l.wo, attn, out);
+  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, s.qg));
+  RETURN_IF_ERROR(b.be.SplitHalves(s.qg, b.c.head_dim, b.s.q, s.agate));
+  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, /*qk_norm=*/true));
+  RETURN_IF_ERROR(b.be.SigmoidMul(b.s.attn, s.agate, b.s.attn));
+  RETURN_IF_ERROR(b.emit(il, "kqv", b.s.attn));
+  return b.be.MatMul(l.wo, b.s.attn, out);
 }
 
 }  // namespace lockstep::models
