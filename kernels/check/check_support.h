@@ -30,6 +30,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/kv_write.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_mma.h"
 #include "kernels/sampling.h"
 
 
@@ -203,6 +204,7 @@ inline std::string Join(const std::vector<int64_t>& v) {
 
 // The checks, one file per kernel family; each adds its Line(s).
 void CheckMatmul(bool quick);       // check_matmul.cc
+void CheckMatmulMma(bool quick);    // check_matmul_mma.cc
 void CheckElementwise();            // check_matmul.cc
 void CheckKvWrite();                // check_attention.cc
 void CheckAttention(bool quick);    // check_attention.cc

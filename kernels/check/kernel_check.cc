@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     struct Stage { const char* name; void (*fn)(bool); };
     const auto t0 = std::chrono::steady_clock::now();
     CheckMatmul(quick);
+    CheckMatmulMma(quick);
     const auto t1 = std::chrono::steady_clock::now();
     CheckElementwise();
     CheckKvWrite();

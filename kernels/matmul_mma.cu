@@ -1,0 +1,336 @@
+// The MMA route of the quantized matmul (kernels/matmul_mma.h states the reduction order).
+//
+// CTA: 8 warps on one tile of 16 * kMR rows x 8 * kNR tokens; warp s runs K segment s. Per chunk
+// of 32 elements a lane (g = lane / 4, t = lane % 4) builds
+//   - the activation fragments of token g of each n-tile: elements 4t..4t+3 (k-step 0) and
+//     16+4t..16+4t+3 (k-step 1) of the chunk, split into binary16 h + l after scaling by the
+//     chunk's power of two (max and sum over the chunk by shuffles among the 4 lanes of g);
+//   - the weight fragments of rows g and g + 8 of each m-tile: the same element positions, the
+//     integer q of each weight as a binary16 (1024 + byte, minus the type's bias: exact).
+// The MMA's physical k index p of k-step s maps to chunk element 16s + 4(p/2 % 4) + 2(p >= 8) +
+// p % 2 for A and B alike, so the MMA sums the chunk's products (in the hardware's fixed order,
+// the same for every T and tile). Segment sums meet in shared memory.
+#include "kernels/matmul_mma.h"
+
+#include <cuda_fp16.h>
+
+#include "engine/quant/types.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace q = ::lockstep::quant;
+
+#define LS_DEV __device__ __forceinline__
+
+constexpr int kSeg = 8;  // K segments = warps per CTA
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+LS_DEV uint32_t Ld32(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned int*>(p)); }
+LS_DEV uint32_t Ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
+LS_DEV uint32_t Ld32Via16(const uint8_t* p) { return Ld16(p) | (Ld16(p + 2) << 16); }
+LS_DEV float H2F(uint32_t h16) { return __half2float(__ushort_as_half((unsigned short)h16)); }
+
+// Bytes 2 * kHi and 2 * kHi + 1 of v as the binary16 pair (byte - bias), exactly: 0x64bb is
+// 1024 + bb, and 1024 + bb - bias is an integer below 2048.
+template <int kHi>
+LS_DEV uint32_t BytePairToHalf2(uint32_t v, __half2 bias) {
+  const uint32_t p = __byte_perm(v, 0x64u, kHi ? 0x4342u : 0x4140u);
+  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&p), bias);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+LS_DEV void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One row's part of one chunk: the two 4-byte words of biased integers (k-step 0 and 1, this
+// lane's elements) and the scales: dl[s] for k-step s (equal for one-scale chunks), -ml.
+struct RowChunk {
+  uint32_t w[2];
+  float dl[2];
+  float nml;
+};
+
+template <uint32_t kType>
+struct MmaType;
+
+// Q4_K: value = (d * sc) * q - (dmin * m), sub-block = chunk (engine/quant/decode.h).
+template <>
+struct MmaType<(uint32_t)q::Type::Q4_K> {
+  static constexpr int kBE = 256, kBB = 144, kBias = 1024;
+  static constexpr bool kMin = true, kTwoScales = false;
+  LS_DEV static void Load(const uint8_t* row, int c, int t, RowChunk& r) {
+    const uint8_t* blk = row + (c / 8) * kBB;
+    const int sub = c % 8;
+    const uint32_t h0 = Ld32(blk), sa = Ld32(blk + 4), sb = Ld32(blk + 8), sc4 = Ld32(blk + 12);
+    const int sh = 8 * (sub & 3);
+    const uint32_t A = (sa >> sh) & 0xFFu, B = (sb >> sh) & 0xFFu, C = (sc4 >> sh) & 0xFFu;
+    const uint32_t sc = sub < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
+    const uint32_t m = sub < 4 ? (B & 63u) : ((C >> 4) | ((B >> 2) & 48u));
+    const float dl = __fmul_rn(H2F(h0 & 0xFFFFu), (float)sc);
+    r.dl[0] = r.dl[1] = dl;
+    r.nml = -__fmul_rn(H2F(h0 >> 16), (float)m);
+    const uint8_t* qs = blk + 16 + 32 * (sub / 2) + 4 * t;
+    const int shift = 4 * (sub & 1);
+    r.w[0] = (Ld32(qs) >> shift) & 0x0F0F0F0Fu;
+    r.w[1] = (Ld32(qs + 16) >> shift) & 0x0F0F0F0Fu;
+  }
+};
+
+// Q8_0: value = q * d; 34-byte blocks, so 16-bit loads. Bytes carry q + 128.
+template <>
+struct MmaType<(uint32_t)q::Type::Q8_0> {
+  static constexpr int kBE = 32, kBB = 34, kBias = 1152;
+  static constexpr bool kMin = false, kTwoScales = false;
+  LS_DEV static void Load(const uint8_t* row, int c, int t, RowChunk& r) {
+    const uint8_t* blk = row + c * kBB;
+    r.dl[0] = r.dl[1] = H2F(Ld16(blk));
+    r.nml = 0.f;
+    r.w[0] = Ld32Via16(blk + 2 + 4 * t) ^ 0x80808080u;
+    r.w[1] = Ld32Via16(blk + 18 + 4 * t) ^ 0x80808080u;
+  }
+};
+
+// Q6_K: value = (d * sc) * (q - 32), a scale per 16 elements (k-step). 210-byte blocks.
+template <>
+struct MmaType<(uint32_t)q::Type::Q6_K> {
+  static constexpr int kBE = 256, kBB = 210, kBias = 1056;
+  static constexpr bool kMin = false, kTwoScales = true;
+  LS_DEV static void Load(const uint8_t* row, int c, int t, RowChunk& r) {
+    const uint8_t* blk = row + (c / 8) * kBB;
+    const int sub = c % 8, j = sub / 4, r0 = 32 * (sub % 4);
+    const float d = H2F(Ld16(blk + 208));
+    const uint32_t s = Ld16(blk + 192 + 2 * sub);
+    r.dl[0] = __fmul_rn(d, (float)(int8_t)(s & 0xFFu));
+    r.dl[1] = __fmul_rn(d, (float)(int8_t)(s >> 8));
+    r.nml = 0.f;
+    const uint8_t* ql = blk + 64 * j + (r0 % 64) + 4 * t;
+    const uint8_t* qh = blk + 128 + 32 * j + 4 * t;
+    const int lshift = 4 * (r0 / 64), hshift = 2 * (sub % 4);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t lo = (Ld32Via16(ql + 16 * k) >> lshift) & 0x0F0F0F0Fu;
+      const uint32_t hi = (Ld32Via16(qh + 16 * k) >> hshift) & 0x03030303u;
+      r.w[k] = lo | (hi << 4);
+    }
+  }
+};
+
+// Activation fragments of one token's chunk for this lane (see the file comment).
+struct XFrag {
+  uint32_t h[2][2], l[2][2];  // [k-step][register]
+  float isc, sum;             // 2^-e and the chunk's sum, the same in the 4 lanes of the token
+};
+
+LS_DEV void LoadX(const float* xc, int t, XFrag& f) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(xc + 4 * t));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(xc + 16 + 4 * t));
+  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
+  m = fmaxf(m, __shfl_xor_sync(kFull, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(kFull, m, 2));
+  float p = __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3])),
+                      __fadd_rn(__fadd_rn(v[4], v[5]), __fadd_rn(v[6], v[7])));
+  p = __fadd_rn(p, __shfl_xor_sync(kFull, p, 1));
+  f.sum = __fadd_rn(p, __shfl_xor_sync(kFull, p, 2));
+  // m in [2^e, 2^(e+1)) -> scaled max in [2^14, 2^15): binary16 keeps 11 bits of every element.
+  const int e = (int)((__float_as_uint(m) >> 23) & 0xFFu) - 127;
+  const int sh = min(max(14 - e, -126), 126);
+  const float fs = __uint_as_float((uint32_t)(127 + sh) << 23);
+  f.isc = __uint_as_float((uint32_t)(127 - sh) << 23);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float x0 = __fmul_rn(v[4 * k + 2 * r], fs), x1 = __fmul_rn(v[4 * k + 2 * r + 1], fs);
+      const __half2 hh = __floats2half2_rn(x0, x1);
+      const float2 hf = __half22float2(hh);
+      const __half2 ll = __floats2half2_rn(__fsub_rn(x0, hf.x), __fsub_rn(x1, hf.y));
+      f.h[k][r] = *reinterpret_cast<const uint32_t*>(&hh);
+      f.l[k][r] = *reinterpret_cast<const uint32_t*>(&ll);
+    }
+  }
+}
+
+template <uint32_t kType, int kMR, int kNR>
+__global__ void __launch_bounds__(kSeg * 32)
+MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
+                const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale) {
+  using WT = MmaType<kType>;
+  static_assert(!(WT::kMin && WT::kTwoScales), "a min term with two scales per chunk is not implemented");
+  extern __shared__ float red[];  // [kSeg][kMR * kNR * 4][32]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR, tok0 = (int64_t)blockIdx.y * 8 * kNR;
+  const int64_t nch = cols / 32;
+  const int64_t c_begin = warp * nch / kSeg, c_end = (warp + 1) * nch / kSeg;
+  const __half2 bias = __float2half2_rn((float)WT::kBias);
+  // Rows and tokens past the end read the last valid one (results are not stored).
+  const uint8_t* wrow[kMR][2];
+#pragma unroll
+  for (int mi = 0; mi < kMR; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row0 + 16 * mi + g + 8 * h;
+      wrow[mi][h] = w + (r < rows ? r : rows - 1) * row_bytes;
+    }
+  }
+  const float* xrow[kNR];
+#pragma unroll
+  for (int ni = 0; ni < kNR; ++ni) {
+    const int64_t n = tok0 + 8 * ni + g;
+    xrow[ni] = x + (n < T ? n : T - 1) * cols;
+  }
+  float acc[kMR][kNR][4];
+#pragma unroll
+  for (int mi = 0; mi < kMR; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNR; ++ni)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mi][ni][i] = 0.f;
+
+#pragma unroll(kNR > 1 ? 1 : 2)
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    XFrag xf[kNR];
+    float isc[kNR][2], xs[kNR][2];
+#pragma unroll
+    for (int ni = 0; ni < kNR; ++ni) {
+      LoadX(xrow[ni] + 32 * c, t, xf[ni]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile: computed by lane 4 (2t + j)
+        isc[ni][j] = __shfl_sync(kFull, xf[ni].isc, 8 * t + 4 * j);
+        xs[ni][j] = __shfl_sync(kFull, xf[ni].sum, 8 * t + 4 * j);
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMR; ++mi) {
+      RowChunk rc[2];
+      WT::Load(wrow[mi][0], (int)c, t, rc[0]);
+      WT::Load(wrow[mi][1], (int)c, t, rc[1]);
+      uint32_t a[2][4];  // [k-step]: rows g, g+8 x element pairs (4t, 4t+1), (4t+2, 4t+3)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        a[k][0] = BytePairToHalf2<0>(rc[0].w[k], bias);
+        a[k][1] = BytePairToHalf2<0>(rc[1].w[k], bias);
+        a[k][2] = BytePairToHalf2<1>(rc[0].w[k], bias);
+        a[k][3] = BytePairToHalf2<1>(rc[1].w[k], bias);
+      }
+#pragma unroll
+      for (int ni = 0; ni < kNR; ++ni) {
+        float s0[4] = {0.f, 0.f, 0.f, 0.f};
+        Mma(s0, a[0], xf[ni].h[0][0], xf[ni].h[0][1]);
+        Mma(s0, a[0], xf[ni].l[0][0], xf[ni].l[0][1]);
+        if constexpr (WT::kTwoScales) {
+          float s1[4] = {0.f, 0.f, 0.f, 0.f};
+          Mma(s1, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
+          Mma(s1, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const RowChunk& r = rc[i / 2];
+            float& o = acc[mi][ni][i];
+            o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
+            o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], isc[ni][i % 2]), o);
+          }
+        } else {
+          Mma(s0, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
+          Mma(s0, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const RowChunk& r = rc[i / 2];
+            float& o = acc[mi][ni][i];
+            o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
+            if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xs[ni][i % 2], o);
+          }
+        }
+      }
+    }
+  }
+  // Segment sums through shared memory, then the fixed tree and the store.
+  constexpr int kAcc = kMR * kNR * 4;
+#pragma unroll
+  for (int mi = 0; mi < kMR; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNR; ++ni)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[(warp * kAcc + (mi * kNR + ni) * 4 + i) * 32 + lane] = acc[mi][ni][i];
+  __syncthreads();
+  for (int e = threadIdx.x; e < kAcc * 32; e += kSeg * 32) {
+    const int idx = e / 32, ln = e % 32;
+    float s[kSeg];
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) s[k] = red[(k * kAcc + idx) * 32 + ln];
+    const float v = __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3])),
+                              __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
+    const int mi = idx / 4 / kNR, ni = idx / 4 % kNR, i = idx % 4;
+    const int64_t r = row0 + 16 * mi + ln / 4 + 8 * (i / 2);
+    const int64_t n = tok0 + 8 * ni + 2 * (ln % 4) + (i % 2);
+    if (r < rows && n < T) y[n * rows + r] = __fmul_rn(v, w_scale);
+  }
+}
+
+template <uint32_t kType, int kMR, int kNR>
+cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
+                      float* y, float w_scale, cudaStream_t stream) {
+  using WT = MmaType<kType>;
+  const int64_t row_bytes = cols / WT::kBE * WT::kBB;
+  constexpr size_t smem = (size_t)kSeg * kMR * kNR * 4 * 32 * sizeof(float);
+  if constexpr (smem > 48 * 1024) {
+    static bool attr_set = false;
+    if (!attr_set) {
+      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+      if (e != cudaSuccess) return e;
+      attr_set = true;
+    }
+  }
+  const int64_t gy = (T + 8 * kNR - 1) / (8 * kNR);
+  if (gy > 65535) return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)((rows + 16 * kMR - 1) / (16 * kMR)), (unsigned)gy);
+  MatmulMmaKernel<kType, kMR, kNR><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale);
+  return cudaGetLastError();
+}
+
+template <uint32_t kType>
+cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
+                        float* y, float w_scale, MmaConfig cfg, cudaStream_t stream) {
+  const uint8_t* w = static_cast<const uint8_t*>(wv);
+  if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k32x8 : MmaConfig::k64x32;
+  switch (cfg) {
+    case MmaConfig::k16x8: return LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k32x8: return LaunchCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k64x32: return LaunchCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool MatmulMmaSupportsType(uint32_t type_id) {
+  switch ((q::Type)type_id) {
+    case q::Type::Q4_K: case q::Type::Q8_0: case q::Type::Q6_K: return true;
+    default: return false;
+  }
+}
+
+cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
+                            const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
+                            cudaStream_t stream) {
+  q::TypeTraits tr;
+  if (!MatmulMmaSupportsType(type_id) || !q::LookupType(type_id, &tr)) return cudaErrorInvalidValue;
+  if (rows < 1 || T < 1 || cols < 32 || cols % 32 != 0 || cols % tr.block_size != 0) return cudaErrorInvalidValue;
+  if (w == nullptr || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(w) % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return cudaErrorInvalidValue;
+  switch ((q::Type)type_id) {
+    case q::Type::Q4_K: return LaunchTyped<(uint32_t)q::Type::Q4_K>(w, rows, cols, x, T, y, w_scale, config, stream);
+    case q::Type::Q8_0: return LaunchTyped<(uint32_t)q::Type::Q8_0>(w, rows, cols, x, T, y, w_scale, config, stream);
+    case q::Type::Q6_K: return LaunchTyped<(uint32_t)q::Type::Q6_K>(w, rows, cols, x, T, y, w_scale, config, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace lockstep::kernels

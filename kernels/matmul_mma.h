@@ -1,0 +1,46 @@
+// The tensor-core route of the quantized matmul: y[T, rows] = x[T, cols] . W[rows, cols]^T on
+// fp16 MMA (mma.sync m16n8k16, f32 accumulation), one instruction shape and one K loop for every T.
+//
+// Reduction order (docs/kernels.md "MMA route"): the K axis is cut into 8 fixed segments by cols
+// alone (warp s of a CTA owns chunks [s * n / 8, (s + 1) * n / 8) of the n = cols / 32 chunks of
+// 32 elements). Per chunk and token the activation is split exactly as x = 2^-e (h + l) with h, l
+// binary16 (e a power-of-two exponent chosen from the chunk's own max |x|), and per chunk and row
+// the integer part of the weights q (exact in binary16) goes through the MMA:
+//   S = mma(q, l, mma(q, h, ...)) over the chunk's two k-steps, from 0 (Q6_K: one S per k-step,
+//       one per 16-element scale),
+//   acc = fma(dl, S * 2^-e, acc)   then, for types with a min (Q4_K), acc = fma(-ml, X, acc)
+// with X the chunk's sum of x in a fixed tree. Chunks go in increasing order within a segment;
+// the 8 segment sums meet in the tree ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)); y = sum * w_scale.
+// Every term depends only on (row of W, row of x), so every output element has the same bits for
+// any T, any tile configuration and any neighbours. The bits differ from the float route's
+// (kernels/matmul.h), so a type uses one route for every T (MatmulAutoUsesMma).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lockstep::kernels {
+
+// True for the weight types the MMA route implements (Q4_K, Q6_K, Q8_0).
+bool MatmulMmaSupportsType(uint32_t type_id);
+
+// Tile configurations (rows x tokens per CTA; 8 warps split K in each). kAutoByT picks by T;
+// the others are forced by the check tool to prove every configuration gives the same bits.
+enum class MmaConfig : int {
+  kAutoByT = 0,
+  k16x8 = 1,    // 1 m-tile (16 rows) x 1 n-tile (8 tokens)
+  k32x8 = 2,    // 2 x 1
+  k64x8 = 3,    // 4 x 1
+  k64x32 = 4,   // 4 x 4
+};
+
+// As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,
+// 4-byte aligned; x in, device, [T, cols] float, 16-byte aligned; y out, device, [T, rows].
+// cols: a multiple of the type's block size. Returns cudaErrorInvalidValue for an unsupported
+// type or shape.
+cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
+                            const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
+                            cudaStream_t stream);
+
+}  // namespace lockstep::kernels
