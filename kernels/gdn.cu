@@ -245,9 +245,15 @@ cudaError_t LaunchGatedDeltaRule(const GdnStepParams& step, const GatedDeltaRule
   const int64_t ctas = (int64_t)step.n_seq * p.n_v_head;
   if (ctas > 0x7fffffff) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        GatedDeltaRuleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return e;
+    // Raised once per size, as matmul.cu does: a shape's first step runs eagerly, so a graph
+    // capture never sees this call.
+    static int attr_bytes = 0;
+    if ((int)smem > attr_bytes) {
+      const cudaError_t e = cudaFuncSetAttribute(
+          GatedDeltaRuleKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+      if (e != cudaSuccess) return e;
+      attr_bytes = (int)smem;
+    }
   }
   const int threads = p.dv < 32 ? 32 : (p.dv + 31) / 32 * 32;
   GatedDeltaRuleKernel<<<(unsigned)ctas, threads, (size_t)smem, stream>>>(step, p);

@@ -1,7 +1,8 @@
 // `lockstep check --backend NAME`: every op of a backend against the ref backend (the op oracle)
 // through the Backend interface, on seeded random shapes (odd and ragged sizes, KV lengths
-// across piece and block boundaries, every weight type of the matmul set and every KV format),
-// held to the bounds of engine/core/tolerances.h. Outputs are NaN-poisoned before each op; a
+// across piece and block boundaries, every weight type of the matmul set and every KV format;
+// the Gated DeltaNet and MoE ops on ragged steps with state slots and checkpoints and routes
+// with ties, op_check_families.cc), held to the bounds of engine/core/tolerances.h. Outputs are NaN-poisoned before each op; a
 // non-finite value where the ref is finite fails; an op that ran no case fails (docs/testing.md).
 #pragma once
 

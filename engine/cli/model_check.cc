@@ -40,7 +40,11 @@ struct Seq {
   std::vector<int32_t> tokens;
   std::vector<int32_t> blocks;
   int64_t done = 0;  // positions whose KV is written
+  int32_t slot = -1;  // hybrid models: the recurrent-state slot (fresh at position 0)
 };
+
+// Hybrid (Gated DeltaNet) models keep a recurrent state per sequence besides its KV blocks.
+bool IsHybrid(const models::Model& m) { return m.config().gdn.present(); }
 
 // A runner, a block pool handed out in random order (fragmented tables), and one step over a
 // ragged batch that returns every fed row's summary.
@@ -49,8 +53,10 @@ class Rig {
   static absl::StatusOr<std::unique_ptr<Rig>> Create(const models::Model& m, backend::Backend& be,
                                                      int64_t n_blocks, uint64_t seed,
                                                      quant::KvFormat k = quant::KvFormat::kF32,
-                                                     quant::KvFormat v = quant::KvFormat::kF32) {
+                                                     quant::KvFormat v = quant::KvFormat::kF32,
+                                                     int64_t n_state_slots = 1) {
     models::RunnerOptions ro;
+    if (IsHybrid(m)) ro.n_state_slots = n_state_slots;
     ro.k_format = k;
     ro.v_format = v;
     ro.max_step_tokens = kStepRows;
@@ -88,8 +94,10 @@ class Rig {
     for (size_t i = 0; i < seqs.size(); ++i) {
       Seq& s = *seqs[i];
       RETURN_IF_ERROR(Reserve(s, s.done + n[i]));
-      entries.push_back({std::span<const int32_t>(s.tokens).subspan(s.done, n[i]), s.done,
-                         s.blocks, rows_wanted ? n[i] : 0});
+      models::StepEntry e{std::span<const int32_t>(s.tokens).subspan(s.done, n[i]), s.done,
+                          s.blocks, rows_wanted ? n[i] : 0};
+      e.state_slot = s.slot;
+      entries.push_back(e);
     }
     RETURN_IF_ERROR(runner_->Forward(entries, &logits_));
     const int64_t V = runner_->n_vocab();
@@ -140,10 +148,12 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
   const int64_t max_len = std::max<int64_t>(o.max_prompt, 8);
   // Enough blocks for every sequence at once plus a prefix-sharing pair.
   const int64_t n_blocks = (n_seqs + 4) * ((max_len + 40) / kBlock + 2);
-  ASSIGN_OR_RETURN(auto rig,
-                   Rig::Create(model, be, n_blocks, o.seed ^ 0x5eed, o.k_format, o.v_format));
+  const bool hybrid = IsHybrid(model);
+  ASSIGN_OR_RETURN(auto rig, Rig::Create(model, be, n_blocks, o.seed ^ 0x5eed, o.k_format,
+                                         o.v_format, n_seqs + 1));
 
   std::vector<Seq> seqs(n_seqs);
+  for (int64_t i = 0; i < n_seqs && hybrid; ++i) seqs[i].slot = static_cast<int32_t>(i);
   std::vector<std::vector<Row>> ref(n_seqs);
   for (Seq& s : seqs) {
     const int64_t len = std::uniform_int_distribution<int64_t>(8, max_len)(rng);
@@ -253,8 +263,10 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
     lines.push_back(line);
   }
   {  // Prefix hit: B reuses A's first full blocks (written by A's own prefill), then its suffix.
+    // A hybrid model's B also needs the recurrent state at the prefix's end: A prefills only the
+    // prefix, into the slot B then continues from (a resumed session).
     ModelCheckLine line;
-    line.name = "prefix hit vs cold";
+    line.name = hybrid ? "prefix hit + state vs cold" : "prefix hit vs cold";
     for (int pair = 0; pair < 4; ++pair) {
       Seq a = seqs[pair];
       a.blocks.clear();
@@ -262,15 +274,18 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
       const int64_t full = static_cast<int64_t>(a.tokens.size()) / kBlock;
       if (full == 0) continue;
       Seq b;
+      if (hybrid) b.slot = static_cast<int32_t>(n_seqs);
       b.tokens.assign(a.tokens.begin(), a.tokens.begin() + full * kBlock);
       for (int64_t i = 0; i < 9; ++i) {
         b.tokens.push_back(std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(V - 1))(rng));
       }
       ASSIGN_OR_RETURN(auto b_cold, rig->Step({&b}, {static_cast<int64_t>(b.tokens.size())}));
       rig->Release(b);
-      RETURN_IF_ERROR(rig->Step({&a}, {static_cast<int64_t>(a.tokens.size())}, false).status());
+      const int64_t a_feed = hybrid ? full * kBlock : static_cast<int64_t>(a.tokens.size());
+      RETURN_IF_ERROR(rig->Step({&a}, {a_feed}, false).status());
       b.blocks.assign(a.blocks.begin(), a.blocks.begin() + full);
       b.done = full * kBlock;
+      if (hybrid) b.slot = a.slot;
       ASSIGN_OR_RETURN(auto got, rig->Step({&b}, {static_cast<int64_t>(b.tokens.size()) - b.done}));
       Compare(line, b_cold[0], full * kBlock, got[0]);
       rig->Release(b, static_cast<size_t>(full));  // the shared blocks go back with a
@@ -308,6 +323,7 @@ absl::StatusOr<std::vector<ModelCheckLine>> CompareGreedy(
     line.name = absl::StrFormat("greedy %d tokens, prompt %d", o.greedy_tokens, p);
     Seq a, b;
     a.tokens = b.tokens = prompts[p];
+    if (IsHybrid(model)) a.slot = b.slot = 0;
     int64_t agree = 0;
     std::string flips;
     int64_t feed = static_cast<int64_t>(prompts[p].size());

@@ -83,6 +83,54 @@ inline constexpr double kSoftcapRtol = 16 * kU;
 // 53 >= 2 * 24 + 2), so both give the correctly rounded result: bitwise equal.
 inline constexpr double kElementwiseAtol = 0.0;
 
+// --- Gated DeltaNet and mixture-of-experts ops (backend.h). CUDA's expf is 2 ulp (4u), glibc's
+// 1 ulp; the bounds take 4u for exp and double the libm-dependent sum, as above.
+
+// CausalConvSilu, element (t, c): a = sum of K products w_i u_i in a fixed order: (K + 1) u
+// sum|w u| (as MatMulRtol); silu' lies in [-0.1, 1.1], so that carries to y as 1.1 (K + 1) u
+// sum|w u|; silu itself (expf 4u, 1 + e u, / u, the ref's rounding u: 7u relative to |y|).
+//   |y - y_ref| <= ConvSiluBound(K, sum|w u|, |y_ref|) + kAtol    (derived, doubled)
+constexpr double ConvSiluBound(int64_t K, double sum_abs, double y_abs) {
+  return 2.0 * static_cast<double>(K + 2) * kU * sum_abs + 16.0 * kU * y_abs;
+}
+
+// GdnGates. g = A softplus(a + dt): z = a + dt rounds (u |z|), which softplus carries to a
+// relative error <= u max(|z|, 1) (softplus'/softplus <= 1 for z <= 0, <= 1/z above); expf 4u,
+// log1pf 2u, * A u, the ref's rounding u:  (|z| + 9) u relative, doubled:
+//   |g - g_ref| <= GdnDecayRtol(z) |g_ref| + kAtol
+// beta = 1 / (1 + expf(-b)): expf 4u, + u, / u, the ref's rounding u: 7u, doubled to 16u.
+constexpr double GdnDecayRtol(double z_abs) { return 2.0 * (z_abs + 9.0) * kU; }
+inline constexpr double kGdnBetaRtol = 16 * kU;
+
+// GatedDeltaRule: every token rescales, updates and reads each state entry once: the L2 norms
+// of q and k (dk + 4) u relative, exp(g) 4u, S^T k and S^T q over dk terms (dk + 1) u each, the
+// rank-one update 2u. With |k| = 1, beta in (0, 1) and decays <= 1 the recurrence does not
+// amplify earlier errors, so after tau tokens of one sequence the error of an output or state
+// entry is at most ~tau (dk + 8) u times the largest magnitude of that (sequence, value head)
+// block; first-order, doubled twice (libm, and a cancelling S^T k):
+//   |o - o_ref| <= GatedDeltaRuleRtol(tau, dk) max|o_ref| (the block) + kAtol; states alike.
+constexpr double GatedDeltaRuleRtol(int64_t tau, int64_t dk) {
+  return 4.0 * static_cast<double>((tau + 1) * (dk + 8)) * kU;
+}
+
+// GatedRmsNorm, element: RmsNorm's bound, and silu(z) (expf 4u, +, /: 6u) and two more products,
+// doubled for libm:  (d + 12) u + 16u relative to |y_ref|.
+constexpr double GatedRmsNormRtol(int64_t d) { return static_cast<double>(d + 12 + 16) * kU; }
+
+// MoeRoute, weight (t, j): e_i = exp(l_i - m) 4u each; their sum over E positive terms
+// (E - 1) u more; p = e / sum 2u; normalized: the k kept p summed ((k - 1) u over their own
+// errors) and a division: relative error <= 2 (E + 9) u + (k + 1) u + 2u, rounded up:
+//   |w - w_ref| <= MoeRouteRtol(E, k) |w_ref|.  The ids are exact (float comparisons of the same
+// logits, ties to the lower id): held bitwise.
+constexpr double MoeRouteRtol(int64_t E, int64_t k) { return static_cast<double>(2 * E + k + 24) * kU; }
+
+// MoeCombine, element (t, c): k products and k - 1 sums in rank order, the ref's rounding:
+//   |o - o_ref| <= MoeCombineRtol(k) sum_j |w_j y_jc| + kAtol     ((k + 1) u derived, doubled)
+constexpr double MoeCombineRtol(int64_t k) { return static_cast<double>(2 * k + 2) * kU; }
+
+// SigmoidMul: x / (1 + expf(-g)): expf 4u, + u, / u, the ref's rounding u: 7u, doubled.
+inline constexpr double kSigmoidMulRtol = 16 * kU;
+
 }  // namespace lockstep::tol
 
 namespace lockstep::tol {

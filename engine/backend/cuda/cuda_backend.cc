@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/core/status.h"
+#include "engine/backend/cuda/cuda_op_hash.h"
 #include "engine/quant/types.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
@@ -17,23 +18,7 @@
 namespace lockstep::backend {
 namespace {
 
-// FNV-1a over the bytes of each argument: the signature of one op call.
-class OpHash {
- public:
-  explicit OpHash(int op) { Mix(op); }
-  template <typename T>
-  OpHash& Mix(const T& v) {
-    unsigned char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    for (unsigned char c : b) h_ = (h_ ^ c) * 0x100000001b3ull;
-    return *this;
-  }
-  OpHash& Mix(const Tensor& t) { return Mix(t.data).Mix(t.rows).Mix(t.cols); }
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 0xcbf29ce484222325ull;
-};
+using cuda_internal::OpHash;
 
 // A transfer's arguments: a byte count >= 0 and both pointers when it moves any byte.
 absl::Status CheckTransfer(const char* op, const void* dst, const void* src, int64_t bytes) {
@@ -128,27 +113,6 @@ absl::Status CudaBackend::Check(cudaError_t e, std::string_view what) {
   poisoned_ = true;
   cudaGetLastError();  // clear a non-sticky error so the next call reports its own
   return absl::InternalError(absl::StrFormat("cuda %s: %s", what, cudaGetErrorString(e)));
-}
-
-template <typename Label, typename Fn>
-absl::Status CudaBackend::Timed(std::string_view what, Label&& label, Fn&& launch) {
-  if (!options_.profile) return Check(launch(), what);
-  auto next = [this] {
-    cudaEvent_t e = nullptr;
-    if (!free_events_.empty()) {
-      e = free_events_.back();
-      free_events_.pop_back();
-    } else {
-      cudaEventCreate(&e);
-    }
-    return e;
-  };
-  Pending p{label(), next(), next()};
-  cudaEventRecord(p.start, stream_);
-  const cudaError_t e = launch();
-  cudaEventRecord(p.end, stream_);
-  pending_.push_back(std::move(p));
-  return Check(e, what);
 }
 
 void CudaBackend::CollectProfile() {
@@ -293,7 +257,7 @@ absl::Status CudaBackend::BeginStep(const StepMeta& m) {
   const int64_t pieces = (max_len + kernels::kAttentionPiece - 1) / kernels::kAttentionPiece;
   attn_max_len_ = Pow2AtLeast(std::max<int64_t>(pieces, 1)) * kernels::kAttentionPiece;
 
-  const int64_t words = 3 * T + (n + 1) + n + n * table_width_ + R;
+  const int64_t words = 3 * T + (n + 1) + n + n * table_width_ + R + n + T;
   const int64_t bytes = words * static_cast<int64_t>(sizeof(int32_t));
   // The previous step's copy must have left the pinned buffer before it is rewritten.
   RETURN_IF_ERROR(Check(cudaEventSynchronize(staged_), "BeginStep"));
@@ -332,6 +296,22 @@ absl::Status CudaBackend::BeginStep(const StepMeta& m) {
   }
   d_output_rows_ = dev + (h - meta_host_);
   put(m.output_rows.data(), R);
+  // Recurrent state (Gated DeltaNet): always packed (0 slots, -1 checkpoints when the step has
+  // none), so a captured graph's kernels read the same addresses whatever the step carries.
+  d_state_slots_ = dev + (h - meta_host_);
+  if (m.state_slots.empty()) {
+    std::fill(h, h + n, 0);
+    h += n;
+  } else {
+    put(m.state_slots.data(), n);
+  }
+  d_checkpoints_ = dev + (h - meta_host_);
+  if (m.state_checkpoints.empty()) {
+    std::fill(h, h + T, -1);
+    h += T;
+  } else {
+    put(m.state_checkpoints.data(), T);
+  }
   RETURN_IF_ERROR(Check(
       cudaMemcpyAsync(meta_dev_, meta_host_, bytes, cudaMemcpyHostToDevice, stream_), "BeginStep"));
   RETURN_IF_ERROR(Check(cudaEventRecord(staged_, stream_), "BeginStep"));

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/step_backend.h"
+#include "kernels/gdn.h"
 
 namespace lockstep::backend {
 
@@ -83,6 +84,21 @@ class CudaBackend final : public StepBackend {
   absl::Status Add(Tensor a, Tensor b, Tensor out) override;
   absl::Status Scale(Tensor x, float s, Tensor out) override;
   absl::Status Softcap(Tensor x, float cap) override;
+  // Gated DeltaNet and mixture of experts (cuda_backend_families.cc; kernels/gdn.h, moe.h).
+  absl::Status CausalConvSilu(Tensor x, const Weight& w, const GdnLayout& l, GdnLayer state,
+                              Tensor y) override;
+  absl::Status GdnGates(Tensor a, Tensor b, const Weight& dt_bias, const Weight& ssm_a, Tensor g,
+                        Tensor beta) override;
+  absl::Status GatedDeltaRule(Tensor qkv, Tensor g, Tensor beta, const GdnLayout& l,
+                              GdnLayer state, float eps, Tensor out) override;
+  absl::Status GatedRmsNorm(Tensor x, const Weight& w, Tensor z, float eps, Tensor y) override;
+  absl::Status SplitHalves(Tensor x, int64_t m, Tensor a, Tensor b) override;
+  absl::Status MoeRoute(Tensor logits, int64_t k, bool normalize, Tensor weights,
+                        IntTensor ids) override;
+  absl::Status MatMulExperts(const Weight& w, int64_t n_expert, Tensor x, IntTensor ids,
+                             Tensor y) override;
+  absl::Status MoeCombine(Tensor y, Tensor weights, Tensor out) override;
+  absl::Status SigmoidMul(Tensor x, Tensor g, Tensor out) override;
 
   // Counters for the benchmark and the gate: steps run eagerly, captured, replayed.
   struct GraphStats {
@@ -128,6 +144,8 @@ class CudaBackend final : public StepBackend {
   absl::Status Timed(std::string_view what, Label&& label, Fn&& launch);
   // Adds the elapsed times of finished event pairs to the profile (after a synchronization).
   void CollectProfile();
+  // The step's metadata as the Gated DeltaNet kernels read it (device pointers).
+  kernels::GdnStepParams GdnStep() const;
   // Grows a device scratch buffer (drops graphs: they hold its old address).
   absl::Status Reserve(void*& buffer, int64_t& capacity, int64_t bytes, std::string_view what);
 
@@ -138,7 +156,7 @@ class CudaBackend final : public StepBackend {
   absl::flat_hash_set<void*> allocations_;
 
   // The step's metadata on the device: [tokens T][positions T][slots T][query_start n+1]
-  // [seq_len n][block_table n * table_width][output_rows R], int32.
+  // [seq_len n][block_table n * table_width][output_rows R][state_slots n][checkpoints T], int32.
   void* meta_dev_ = nullptr;
   int64_t meta_capacity_ = 0;
   int32_t* meta_host_ = nullptr;  // pinned
@@ -150,6 +168,8 @@ class CudaBackend final : public StepBackend {
   const int32_t* d_seq_len_ = nullptr;
   const int32_t* d_block_table_ = nullptr;
   const int32_t* d_output_rows_ = nullptr;
+  const int32_t* d_state_slots_ = nullptr;   // 0s when the step has no recurrent state
+  const int32_t* d_checkpoints_ = nullptr;   // -1s when the step has no checkpoints
   int64_t table_width_ = 0;   // block-table columns on the device (a bucket of max_blocks)
   int64_t attn_max_len_ = 0;  // max seq_len rounded up to a power-of-two count of pieces
   void* attn_ws_ = nullptr;
@@ -178,5 +198,28 @@ class CudaBackend final : public StepBackend {
   };
   absl::flat_hash_map<std::string, OpTime> profile_;
 };
+
+// Runs one kernel launch; with options_.profile, between two events under `label()` (defined here
+// because cuda_backend_families.cc launches through it too).
+template <typename Label, typename Fn>
+absl::Status CudaBackend::Timed(std::string_view what, Label&& label, Fn&& launch) {
+  if (!options_.profile) return Check(launch(), what);
+  auto next = [this] {
+    cudaEvent_t e = nullptr;
+    if (!free_events_.empty()) {
+      e = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      cudaEventCreate(&e);
+    }
+    return e;
+  };
+  Pending p{label(), next(), next()};
+  cudaEventRecord(p.start, stream_);
+  const cudaError_t e = launch();
+  cudaEventRecord(p.end, stream_);
+  pending_.push_back(std::move(p));
+  return Check(e, what);
+}
 
 }  // namespace lockstep::backend
