@@ -25,12 +25,17 @@ enum class MatmulRoute : int {
   kDecodeRows1 = 3,
   kDecodeRows2 = 4,
   kDecodeRows4 = 5,
+  kMma = 6,     // the tensor-core route (kernels/matmul_mma.h), for MatmulMmaSupportsType types
 };
 #define LOCKSTEP_MATMUL_DECODE_ROWS_ROUTES 1
 
 // True for the weight types this kernel implements: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
 // Q5_K, Q6_K, IQ4_XS, NVFP4 (ggml type ids, engine/quant/types.h).
 bool MatmulSupportsType(uint32_t type_id);
+
+// True where kAuto takes the MMA route (kernels/matmul_mma.h) for every T: its bits differ from
+// the float routes', so a type is on one route or the other, never both by T.
+bool MatmulAutoUsesMma(uint32_t type_id);
 
 // type_id: ggml type id of W (MatmulSupportsType), else cudaErrorInvalidValue.
 // w:       in, device, [rows, cols / block_size] blocks of type_id (row r at r * row_bytes),
@@ -40,7 +45,8 @@ bool MatmulSupportsType(uint32_t type_id);
 // T:       >= 1 token rows.
 // y:       out, device, [T, rows] float.
 // w_scale: multiplies each finished dot (NVFP4's per-tensor scale2; 1 for other types).
-// route:   kAuto in production; the check tool forces each route to prove they agree bitwise.
+// route:   kAuto in production; the check tool forces each route to prove they agree bitwise
+//          (kDecode/kTiled/kDecodeRows* are the float routes, kMma the tensor-core one).
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                          const float* x, int64_t T, float* y, float w_scale, MatmulRoute route,
                          cudaStream_t stream);

@@ -14,6 +14,8 @@
 
 #include <cuda_fp16.h>
 
+#include <utility>
+
 #include "engine/quant/types.h"
 
 namespace lockstep::kernels {
@@ -54,27 +56,31 @@ struct RowChunk {
   float nml;
 };
 
+// Per type: kCPB chunks per block; Header(blk) reads what the block's chunks share (once per
+// block and row); Chunk<sub>(blk, hdr, t, rc) builds chunk sub's part for this lane.
 template <uint32_t kType>
 struct MmaType;
 
 // Q4_K: value = (d * sc) * q - (dmin * m), sub-block = chunk (engine/quant/decode.h).
 template <>
 struct MmaType<(uint32_t)q::Type::Q4_K> {
-  static constexpr int kBE = 256, kBB = 144, kBias = 1024;
+  static constexpr int kBE = 256, kBB = 144, kBias = 1024, kCPB = 8;
   static constexpr bool kMin = true, kTwoScales = false;
-  LS_DEV static void Load(const uint8_t* row, int c, int t, RowChunk& r) {
-    const uint8_t* blk = row + (c / 8) * kBB;
-    const int sub = c % 8;
-    const uint32_t h0 = Ld32(blk), sa = Ld32(blk + 4), sb = Ld32(blk + 8), sc4 = Ld32(blk + 12);
-    const int sh = 8 * (sub & 3);
-    const uint32_t A = (sa >> sh) & 0xFFu, B = (sb >> sh) & 0xFFu, C = (sc4 >> sh) & 0xFFu;
-    const uint32_t sc = sub < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
-    const uint32_t m = sub < 4 ? (B & 63u) : ((C >> 4) | ((B >> 2) & 48u));
-    const float dl = __fmul_rn(H2F(h0 & 0xFFFFu), (float)sc);
+  struct Hdr { uint32_t h0, sa, sb, sc; };
+  LS_DEV static void Header(const uint8_t* blk, Hdr& h) {
+    h.h0 = Ld32(blk), h.sa = Ld32(blk + 4), h.sb = Ld32(blk + 8), h.sc = Ld32(blk + 12);
+  }
+  template <int kSub>
+  LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
+    constexpr int sh = 8 * (kSub & 3);
+    const uint32_t A = (h.sa >> sh) & 0xFFu, B = (h.sb >> sh) & 0xFFu, C = (h.sc >> sh) & 0xFFu;
+    const uint32_t sc = kSub < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
+    const uint32_t m = kSub < 4 ? (B & 63u) : ((C >> 4) | ((B >> 2) & 48u));
+    const float dl = __fmul_rn(H2F(h.h0 & 0xFFFFu), (float)sc);
     r.dl[0] = r.dl[1] = dl;
-    r.nml = -__fmul_rn(H2F(h0 >> 16), (float)m);
-    const uint8_t* qs = blk + 16 + 32 * (sub / 2) + 4 * t;
-    const int shift = 4 * (sub & 1);
+    r.nml = -__fmul_rn(H2F(h.h0 >> 16), (float)m);
+    const uint8_t* qs = blk + 16 + 32 * (kSub / 2) + 4 * t;
+    constexpr int shift = 4 * (kSub & 1);
     r.w[0] = (Ld32(qs) >> shift) & 0x0F0F0F0Fu;
     r.w[1] = (Ld32(qs + 16) >> shift) & 0x0F0F0F0Fu;
   }
@@ -83,33 +89,40 @@ struct MmaType<(uint32_t)q::Type::Q4_K> {
 // Q8_0: value = q * d; 34-byte blocks, so 16-bit loads. Bytes carry q + 128.
 template <>
 struct MmaType<(uint32_t)q::Type::Q8_0> {
-  static constexpr int kBE = 32, kBB = 34, kBias = 1152;
+  static constexpr int kBE = 32, kBB = 34, kBias = 1152, kCPB = 1;
   static constexpr bool kMin = false, kTwoScales = false;
-  LS_DEV static void Load(const uint8_t* row, int c, int t, RowChunk& r) {
-    const uint8_t* blk = row + c * kBB;
-    r.dl[0] = r.dl[1] = H2F(Ld16(blk));
+  struct Hdr { float d; };
+  LS_DEV static void Header(const uint8_t* blk, Hdr& h) { h.d = H2F(Ld16(blk)); }
+  template <int kSub>
+  LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
+    r.dl[0] = r.dl[1] = h.d;
     r.nml = 0.f;
     r.w[0] = Ld32Via16(blk + 2 + 4 * t) ^ 0x80808080u;
     r.w[1] = Ld32Via16(blk + 18 + 4 * t) ^ 0x80808080u;
   }
 };
 
-// Q6_K: value = (d * sc) * (q - 32), a scale per 16 elements (k-step). 210-byte blocks.
+// Q6_K: value = (d * sc) * (q - 32), a scale per 16 elements (k-step). 210-byte blocks, so
+// 16-bit loads.
 template <>
 struct MmaType<(uint32_t)q::Type::Q6_K> {
-  static constexpr int kBE = 256, kBB = 210, kBias = 1056;
+  static constexpr int kBE = 256, kBB = 210, kBias = 1056, kCPB = 8;
   static constexpr bool kMin = false, kTwoScales = true;
-  LS_DEV static void Load(const uint8_t* row, int c, int t, RowChunk& r) {
-    const uint8_t* blk = row + (c / 8) * kBB;
-    const int sub = c % 8, j = sub / 4, r0 = 32 * (sub % 4);
-    const float d = H2F(Ld16(blk + 208));
-    const uint32_t s = Ld16(blk + 192 + 2 * sub);
-    r.dl[0] = __fmul_rn(d, (float)(int8_t)(s & 0xFFu));
-    r.dl[1] = __fmul_rn(d, (float)(int8_t)(s >> 8));
+  struct Hdr { float d; uint32_t s[8]; };  // s[k]: scales 2k, 2k+1
+  LS_DEV static void Header(const uint8_t* blk, Hdr& h) {
+    h.d = H2F(Ld16(blk + 208));
+#pragma unroll
+    for (int k = 0; k < 8; ++k) h.s[k] = Ld16(blk + 192 + 2 * k);
+  }
+  template <int kSub>
+  LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
+    constexpr int j = kSub / 4, r0 = 32 * (kSub % 4);
+    r.dl[0] = __fmul_rn(h.d, (float)(int8_t)(h.s[kSub] & 0xFFu));
+    r.dl[1] = __fmul_rn(h.d, (float)(int8_t)(h.s[kSub] >> 8));
     r.nml = 0.f;
     const uint8_t* ql = blk + 64 * j + (r0 % 64) + 4 * t;
     const uint8_t* qh = blk + 128 + 32 * j + 4 * t;
-    const int lshift = 4 * (r0 / 64), hshift = 2 * (sub % 4);
+    constexpr int lshift = 4 * (r0 / 64), hshift = 2 * (kSub % 4);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const uint32_t lo = (Ld32Via16(ql + 16 * k) >> lshift) & 0x0F0F0F0Fu;
@@ -157,6 +170,74 @@ LS_DEV void LoadX(const float* xc, int t, XFrag& f) {
   }
 }
 
+// Chunk kSub of block b: activation fragments, weight fragments, the MMAs and the scale fmas.
+template <uint32_t kType, int kMR, int kNR, int kSub>
+LS_DEV void OneChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
+                     const float* const (&xrow)[kNR], int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
+  using WT = MmaType<kType>;
+  const int64_t c = b * WT::kCPB + kSub;
+  XFrag xf[kNR];
+  float isc[kNR][2], xs[kNR][2];
+#pragma unroll
+  for (int ni = 0; ni < kNR; ++ni) {
+    LoadX(xrow[ni] + 32 * c, t, xf[ni]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile: computed by lane 4 (2t + j)
+      isc[ni][j] = __shfl_sync(kFull, xf[ni].isc, 8 * t + 4 * j);
+      xs[ni][j] = __shfl_sync(kFull, xf[ni].sum, 8 * t + 4 * j);
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < kMR; ++mi) {
+    RowChunk rc[2];
+    WT::template Chunk<kSub>(wrow[mi][0] + b * WT::kBB, hdr[mi][0], t, rc[0]);
+    WT::template Chunk<kSub>(wrow[mi][1] + b * WT::kBB, hdr[mi][1], t, rc[1]);
+    uint32_t a[2][4];  // [k-step]: rows g, g+8 x element pairs (4t, 4t+1), (4t+2, 4t+3)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      a[k][0] = BytePairToHalf2<0>(rc[0].w[k], bias);
+      a[k][1] = BytePairToHalf2<0>(rc[1].w[k], bias);
+      a[k][2] = BytePairToHalf2<1>(rc[0].w[k], bias);
+      a[k][3] = BytePairToHalf2<1>(rc[1].w[k], bias);
+    }
+#pragma unroll
+    for (int ni = 0; ni < kNR; ++ni) {
+      float s0[4] = {0.f, 0.f, 0.f, 0.f};
+      Mma(s0, a[0], xf[ni].h[0][0], xf[ni].h[0][1]);
+      Mma(s0, a[0], xf[ni].l[0][0], xf[ni].l[0][1]);
+      if constexpr (WT::kTwoScales) {
+        float s1[4] = {0.f, 0.f, 0.f, 0.f};
+        Mma(s1, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
+        Mma(s1, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const RowChunk& r = rc[i / 2];
+          float& o = acc[mi][ni][i];
+          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
+          o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], isc[ni][i % 2]), o);
+        }
+      } else {
+        Mma(s0, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
+        Mma(s0, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const RowChunk& r = rc[i / 2];
+          float& o = acc[mi][ni][i];
+          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
+          if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xs[ni][i % 2], o);
+        }
+      }
+    }
+  }
+}
+
+template <uint32_t kType, int kMR, int kNR, int... kSubs>
+LS_DEV void ChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[kMR][2], int64_t b,
+                          const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const float* const (&xrow)[kNR], int t,
+                          __half2 bias, float (&acc)[kMR][kNR][4]) {
+  (OneChunk<kType, kMR, kNR, kSubs>(wrow, b, hdr, xrow, t, bias, acc), ...);
+}
+
 template <uint32_t kType, int kMR, int kNR>
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
@@ -166,8 +247,8 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
   extern __shared__ float red[];  // [kSeg][kMR * kNR * 4][32]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR, tok0 = (int64_t)blockIdx.y * 8 * kNR;
-  const int64_t nch = cols / 32;
-  const int64_t c_begin = warp * nch / kSeg, c_end = (warp + 1) * nch / kSeg;
+  const int64_t nblk = cols / (32 * WT::kCPB);
+  const int64_t b_begin = warp * nblk / kSeg, b_end = (warp + 1) * nblk / kSeg;
   const __half2 bias = __float2half2_rn((float)WT::kBias);
   // Rows and tokens past the end read the last valid one (results are not stored).
   const uint8_t* wrow[kMR][2];
@@ -193,61 +274,13 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mi][ni][i] = 0.f;
 
-#pragma unroll(kNR > 1 ? 1 : 2)
-  for (int64_t c = c_begin; c < c_end; ++c) {
-    XFrag xf[kNR];
-    float isc[kNR][2], xs[kNR][2];
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    typename WT::Hdr hdr[kMR][2];
 #pragma unroll
-    for (int ni = 0; ni < kNR; ++ni) {
-      LoadX(xrow[ni] + 32 * c, t, xf[ni]);
+    for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile: computed by lane 4 (2t + j)
-        isc[ni][j] = __shfl_sync(kFull, xf[ni].isc, 8 * t + 4 * j);
-        xs[ni][j] = __shfl_sync(kFull, xf[ni].sum, 8 * t + 4 * j);
-      }
-    }
-#pragma unroll
-    for (int mi = 0; mi < kMR; ++mi) {
-      RowChunk rc[2];
-      WT::Load(wrow[mi][0], (int)c, t, rc[0]);
-      WT::Load(wrow[mi][1], (int)c, t, rc[1]);
-      uint32_t a[2][4];  // [k-step]: rows g, g+8 x element pairs (4t, 4t+1), (4t+2, 4t+3)
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        a[k][0] = BytePairToHalf2<0>(rc[0].w[k], bias);
-        a[k][1] = BytePairToHalf2<0>(rc[1].w[k], bias);
-        a[k][2] = BytePairToHalf2<1>(rc[0].w[k], bias);
-        a[k][3] = BytePairToHalf2<1>(rc[1].w[k], bias);
-      }
-#pragma unroll
-      for (int ni = 0; ni < kNR; ++ni) {
-        float s0[4] = {0.f, 0.f, 0.f, 0.f};
-        Mma(s0, a[0], xf[ni].h[0][0], xf[ni].h[0][1]);
-        Mma(s0, a[0], xf[ni].l[0][0], xf[ni].l[0][1]);
-        if constexpr (WT::kTwoScales) {
-          float s1[4] = {0.f, 0.f, 0.f, 0.f};
-          Mma(s1, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
-          Mma(s1, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const RowChunk& r = rc[i / 2];
-            float& o = acc[mi][ni][i];
-            o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
-            o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], isc[ni][i % 2]), o);
-          }
-        } else {
-          Mma(s0, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
-          Mma(s0, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const RowChunk& r = rc[i / 2];
-            float& o = acc[mi][ni][i];
-            o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
-            if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xs[ni][i % 2], o);
-          }
-        }
-      }
-    }
+      for (int h = 0; h < 2; ++h) WT::Header(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
+    ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
   }
   // Segment sums through shared memory, then the fixed tree and the store.
   constexpr int kAcc = kMR * kNR * 4;
@@ -298,12 +331,12 @@ template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k32x8 : MmaConfig::k64x32;
+  if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k32x8 : MmaConfig::k64x16;
   switch (cfg) {
     case MmaConfig::k16x8: return LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k32x8: return LaunchCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k64x32: return LaunchCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k64x16: return LaunchCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, stream);
     default: return cudaErrorInvalidValue;
   }
 }

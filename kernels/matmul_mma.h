@@ -2,8 +2,8 @@
 // fp16 MMA (mma.sync m16n8k16, f32 accumulation), one instruction shape and one K loop for every T.
 //
 // Reduction order (docs/kernels.md "MMA route"): the K axis is cut into 8 fixed segments by cols
-// alone (warp s of a CTA owns chunks [s * n / 8, (s + 1) * n / 8) of the n = cols / 32 chunks of
-// 32 elements). Per chunk and token the activation is split exactly as x = 2^-e (h + l) with h, l
+// alone (warp s of a CTA owns blocks [s * n / 8, (s + 1) * n / 8) of the n = cols / block_size
+// blocks; a block is 8 chunks of 32 elements for Q4_K and Q6_K, one for Q8_0). Per chunk and token the activation is split exactly as x = 2^-e (h + l) with h, l
 // binary16 (e a power-of-two exponent chosen from the chunk's own max |x|), and per chunk and row
 // the integer part of the weights q (exact in binary16) goes through the MMA:
 //   S = mma(q, l, mma(q, h, ...)) over the chunk's two k-steps, from 0 (Q6_K: one S per k-step,
@@ -32,7 +32,7 @@ enum class MmaConfig : int {
   k16x8 = 1,    // 1 m-tile (16 rows) x 1 n-tile (8 tokens)
   k32x8 = 2,    // 2 x 1
   k64x8 = 3,    // 4 x 1
-  k64x32 = 4,   // 4 x 4
+  k64x16 = 4,   // 4 x 2
 };
 
 // As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,

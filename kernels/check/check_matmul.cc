@@ -57,14 +57,25 @@ void CheckMatmul(bool quick) {
         LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p, T, yd.p, w_scale, lk::MatmulRoute::kDecode, 0));
         LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p, T, yt.p, w_scale, lk::MatmulRoute::kTiled, 0));
         const auto ha = ya.Down(), hd = yd.Down(), ht = yt.Down();
+        // Auto is one of the float routes, or the MMA route for every T (matmul.h); the float
+        // routes are checked here either way (the MMA route's accuracy: check_matmul_mma.cc).
+        const bool mma = lk::MatmulAutoUsesMma((uint32_t)ty);
         int64_t bad = 0;
-        for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hd[i]) || !SameBits(ha[i], ht[i]);
+        for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(hd[i], ht[i]) || (!mma && !SameBits(ha[i], hd[i]));
+        if (mma) {
+          Dev<float> ym(T * rows);
+          ym.Poison();
+          LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p, T, ym.p, w_scale, lk::MatmulRoute::kMma, 0));
+          const auto hm = ym.Down();
+          for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hm[i]);
+        }
         // Every rows-per-lane mapping of the decode route, forced.
         for (lk::MatmulRoute rr : {lk::MatmulRoute::kDecodeRows1, lk::MatmulRoute::kDecodeRows2, lk::MatmulRoute::kDecodeRows4}) {
-          yd.Poison();
-          LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p, T, yd.p, w_scale, rr, 0));
-          const auto hr = yd.Down();
-          for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hr[i]);
+          Dev<float> yr(T * rows);
+          yr.Poison();
+          LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p, T, yr.p, w_scale, rr, 0));
+          const auto hr = yr.Down();
+          for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(hd[i], hr[i]);
         }
         char ctx[160];
         std::snprintf(ctx, sizeof ctx, "%s rows=%" PRId64 " cols=%" PRId64 " T=%" PRId64, tr.name, rows, cols, T);
@@ -85,7 +96,7 @@ void CheckMatmul(bool quick) {
           LAUNCH(lk::LaunchMatmul((uint32_t)ty, dw.p, rows, cols, dx.p + t * cols, 1, y1t.p, w_scale, lk::MatmulRoute::kTiled, 0));
           const auto h1 = y1.Down(), h1t = y1t.Down();
           int64_t b1 = 0;
-          for (int64_t r = 0; r < rows; ++r) b1 += !SameBits(h1[r], ha[t * rows + r]) || !SameBits(h1t[r], ha[t * rows + r]);
+          for (int64_t r = 0; r < rows; ++r) b1 += !SameBits(h1[r], ha[t * rows + r]) || !SameBits(h1t[r], hd[t * rows + r]);
           inv->Bit(b1 == 0, std::string(ctx) + ": row t of T-row call != T=1 call");
           for (int64_t r = 0; r < rows; ++r) {
             double ref = 0, mag = 0;
@@ -97,14 +108,14 @@ void CheckMatmul(bool quick) {
             ref *= w_scale;
             // fp32 fma chain of cols/8 terms + 3 tree levels + the scale: first-order bound.
             const double bound = ((double)cols / 8 + 4) * kU * mag * w_scale + kU * std::fabs(ref) + 1e-30;
-            Compare(acc, ha[t * rows + r], ref, bound, ctx);
+            Compare(acc, hd[t * rows + r], ref, bound, ctx);
           }
         }
       }
     }
   }
-  acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..2304; T={" + Join(Ts) + "}; bound (cols/8+4)*u*sum|w||x|";
-  inv->shapes = "route decode (auto and forced 1/2/4 rows per lane)==tiled==auto for every (type,shape,T); row t of T-row call == T=1 call (sampled t)";
+  acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..2304; T={" + Join(Ts) + "}; bound (cols/8+4)*u*sum|w||x| (float routes)";
+  inv->shapes = "float routes decode (auto and forced 1/2/4 rows per lane)==tiled, auto==its route (float or MMA) for every (type,shape,T); row t of T-row call == T=1 call (sampled t), auto and tiled";
   dec->shapes = "matmul chunk decoders == host Dequantize, every type and shape";
 }
 
