@@ -80,10 +80,28 @@ def build_qwen3_5_moe():
     return cfg, "qwen35moe"
 
 
+def build_gemma4_text():
+    """Gemma4ForCausalLM (text): 6 layers, sliding (window 4, head_dim 16, RoPE base 10000) and
+    full (global_head_dim 32, proportional RoPE over a quarter of the head, base 1e6) as
+    S S F S S F; the last 2 layers KV-shared (layer 4 reads layer 3's KV, layer 5 layer 2's) with
+    double-wide MLPs; per-layer inputs of 8 dims; final logit softcap 30. The layer scalars are
+    drawn too (set_weights)."""
+    cfg = transformers.Gemma4TextConfig(
+        vocab_size=VOCAB, vocab_size_per_layer_input=VOCAB, hidden_size=64,
+        intermediate_size=96, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, global_head_dim=32, hidden_size_per_layer_input=8, num_kv_shared_layers=2,
+        use_double_wide_mlp=True, sliding_window=4, final_logit_softcapping=30.0,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2,
+        max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=2, eos_token_id=1)
+    return cfg, "gemma4"
+
+
 # name -> builder returning (transformers config, expected general.architecture of the GGUF)
 FAMILIES = {
     "qwen3_moe": build_qwen3_moe,
     "qwen3_5_moe": build_qwen3_5_moe,
+    "gemma4_text": build_gemma4_text,
 }
 # Families whose checkpoint has no MTP block although the config may name one.
 CONVERTER_ARGS = {"qwen3_5_moe": ["--no-mtp"]}
@@ -110,6 +128,10 @@ def set_weights(model, seed):
             p.data.copy_(torch.randn(p.shape, generator=g) / np.sqrt(p.shape[-1]))
         if name.endswith("embed_tokens.weight"):
             p.data.mul_(np.sqrt(p.shape[-1]))
+    # Gemma 4's per-layer output scalar is a buffer (ones by default): drawn from U(0.5, 1.5).
+    for name, b in sorted(model.named_buffers()):
+        if name.endswith("layer_scalar"):
+            b.data.copy_(0.5 + torch.rand(b.shape, generator=g))
 
 
 def bytes_to_unicode():
@@ -139,6 +161,32 @@ def save_tokenizer(d):
     tok.decoder = decoders.ByteLevel()
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                                                 bos_token="<|endoftext|>")
+    fast.save_pretrained(d)
+
+
+def save_gemma_tokenizer(d):
+    """A SentencePiece-style BPE with byte fallback, as Gemma's (llama.cpp's Gemma 4 converter
+    reads it with LlamaHfVocab, which requires byte_fallback and a Sequence decoder): <pad> <eos>
+    <bos> <unk>, the 256 byte pieces <0x00>..<0xFF>, then pieces up to exactly VOCAB ids."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>"])}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    for t in ["\u2581"] + letters:
+        vocab[t] = len(vocab)
+    merges = [("\u2581", c) for c in letters] + [tuple(p) for p in
+                                                 ["th", "he", "in", "er", "an", "re", "on"]]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    assert len(vocab) == VOCAB, len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse()])
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>",
+                                                eos_token="<eos>", pad_token="<pad>",
+                                                unk_token="<unk>")
     fast.save_pretrained(d)
 
 
@@ -205,7 +253,7 @@ def run_family(name, out_root):
     files = {}
     with tempfile.TemporaryDirectory() as hf_dir:
         model.save_pretrained(hf_dir)
-        save_tokenizer(hf_dir)
+        (save_gemma_tokenizer if arch.startswith("gemma") else save_tokenizer)(hf_dir)
         gguf_name = f"{name}.gguf"
         convert(hf_dir, os.path.join(d, gguf_name), name)
     with torch.no_grad():

@@ -87,18 +87,22 @@ absl::Status RefBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tens
 //   (a, b) <- (a cos theta - b sin theta, a sin theta + b cos theta),
 // where (a, b) = (x[2i], x[2i + 1]) in normal mode and (x[i], x[i + n_rot / 2]) in neox mode.
 // x: [T, n_heads * head_dim] at the step's positions; dims n_rot..head_dim-1 are left as they are.
-absl::Status RefBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-                              float freq_base, backend::RopeMode mode) {
-  if (absl::Status s = CheckRope("ref Rope", x, n_heads, head_dim, n_rot); !s.ok()) return s;
-  const int64_t T = step().n_tokens();
+namespace {
+
+// theta_i = pos * base^(-2i / n_rot) / factors[i] (factors null: 1), in double.
+void RefRope(const backend::StepMeta& step, backend::Tensor x, int64_t n_heads, int64_t head_dim,
+             int64_t n_rot, float freq_base, backend::RopeMode mode, const float* factors) {
+  const int64_t T = step.n_tokens();
   const int64_t half = n_rot / 2;
   for (int64_t t = 0; t < T; ++t) {
-    const double pos = step().positions[t];
+    const double pos = step.positions[t];
     for (int64_t h = 0; h < n_heads; ++h) {
       float* xh = x.data + (t * n_heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
-        const double theta = pos * std::pow(double{freq_base}, -2.0 * static_cast<double>(i) /
-                                                                   static_cast<double>(n_rot));
+        double inv = std::pow(double{freq_base}, -2.0 * static_cast<double>(i) /
+                                                     static_cast<double>(n_rot));
+        if (factors != nullptr) inv /= double{factors[i]};
+        const double theta = pos * inv;
         const int64_t ia = mode == backend::RopeMode::kNormal ? 2 * i : i;
         const int64_t ib = mode == backend::RopeMode::kNormal ? 2 * i + 1 : i + half;
         const double a = xh[ia], b = xh[ib];
@@ -107,6 +111,28 @@ absl::Status RefBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64
       }
     }
   }
+}
+
+}  // namespace
+
+absl::Status RefBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                              float freq_base, backend::RopeMode mode) {
+  if (absl::Status s = CheckRope("ref Rope", x, n_heads, head_dim, n_rot); !s.ok()) return s;
+  RefRope(step(), x, n_heads, head_dim, n_rot, freq_base, mode, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status RefBackend::RopeFreqFactors(Tensor x, int64_t n_heads, int64_t head_dim,
+                                         int64_t n_rot, float freq_base, backend::RopeMode mode,
+                                         const backend::Weight& factors) {
+  if (absl::Status s = CheckRope("ref RopeFreqFactors", x, n_heads, head_dim, n_rot); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckNormWeight("ref RopeFreqFactors", &factors, n_rot / 2); !s.ok()) {
+    return s;
+  }
+  RefRope(step(), x, n_heads, head_dim, n_rot, freq_base, mode,
+          static_cast<const float*>(factors.data));
   return absl::OkStatus();
 }
 

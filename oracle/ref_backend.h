@@ -28,6 +28,9 @@ class RefBackend final : public backend::HostBackend {
                        backend::Tensor y) override;
   absl::Status Rope(backend::Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                     float freq_base, backend::RopeMode mode) override;
+  absl::Status RopeFreqFactors(backend::Tensor x, int64_t n_heads, int64_t head_dim,
+                               int64_t n_rot, float freq_base, backend::RopeMode mode,
+                               const backend::Weight& factors) override;
   absl::Status KvWrite(const backend::KvLayout& layout, backend::Tensor k, backend::Tensor v,
                        backend::KvLayer layer) override;
   absl::Status PagedAttention(backend::Tensor q, const backend::KvLayout& layout,

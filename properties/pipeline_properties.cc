@@ -65,8 +65,8 @@ Outcome Drive(runtime::Engine& engine, std::vector<std::vector<Turn>> rounds, sp
 }
 
 LOCKSTEP_PROPERTY(Pipeline, SplitEngineEqualsUnsplitBitwise, 200, Weight::kTiny, ()) {
-  const std::string arch = *rc::gen::elementOf(std::vector<std::string>(std::begin(kTinyArchs),
-                                                                         std::end(kTinyArchs)));
+  const std::string arch = *rc::gen::elementOf(
+      std::vector<std::string>(std::begin(kPipelineArchs), std::end(kPipelineArchs)));
   const TinyModel& tm = Tiny(arch);
   const models::Model& m = *tm.model;
   const int64_t L = m.config().n_layer;

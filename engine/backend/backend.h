@@ -229,6 +229,16 @@ class Backend {
   // x = cap * tanh(x / cap), in place.
   virtual absl::Status Softcap(Tensor x, float cap) = 0;
 
+  // ---- RoPE with frequency factors (gemma4's proportional RoPE; docs/models.md) ----
+  // Rope with theta_i = pos * freq_base^(-2i / n_rot) / factors[i], as ggml_rope_ext with
+  // freq_factors (llama.cpp's rope_freqs.weight: 1e30 leaves pair i unrotated). factors: F32
+  // [n_rot / 2]. The default body refuses by name (cuda, so far).
+  virtual absl::Status RopeFreqFactors(Tensor /*x*/, int64_t /*n_heads*/, int64_t /*head_dim*/,
+                                       int64_t /*n_rot*/, float /*freq_base*/, RopeMode /*mode*/,
+                                       const Weight& /*factors*/) {
+    return Unimplemented("RopeFreqFactors");
+  }
+
   // ---- Gated DeltaNet (qwen3_5, qwen3_next; docs/models.md) ----
   // Default bodies refuse by name, so a backend without them (cuda, so far) fails with a
   // sentence. Every sequence of the step needs a state slot (StepMeta::state_slots).

@@ -3,6 +3,8 @@
 // hard-coded block computed before, so their results are bitwise unchanged.
 #include "engine/models/blocks.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "engine/core/status.h"
 #include "engine/models/gdn.h"
@@ -28,18 +30,30 @@ const char* FfnKindName(FfnKind k) {
   return "?";
 }
 
+namespace {
+
+// The first rows * cols values of t's rows seen as [t.rows, cols] (a workspace row holds the
+// widest layer's row; a narrower layer uses its start).
+Tensor Cols(Tensor t, int64_t cols) { return {t.data, t.rows, cols}; }
+
+}  // namespace
+
 absl::Status AllocateScratch(const Config& c, int64_t T, Arena& arena, const std::string& what,
                              Scratch* s) {
-  const int64_t d = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_kv_head * c.head_dim;
+  const int64_t d = c.n_embd, q_dim = c.MaxQDim(), kv_dim = c.MaxKvDim(), n_ff = c.MaxFf();
   ASSIGN_OR_RETURN(s->h, arena.NewTensor(T, d, what));
   ASSIGN_OR_RETURN(s->q, arena.NewTensor(T, q_dim, what));
   ASSIGN_OR_RETURN(s->k, arena.NewTensor(T, kv_dim, what));
   ASSIGN_OR_RETURN(s->v, arena.NewTensor(T, kv_dim, what));
   ASSIGN_OR_RETURN(s->attn, arena.NewTensor(T, q_dim, what));
   ASSIGN_OR_RETURN(s->o, arena.NewTensor(T, d, what));
-  ASSIGN_OR_RETURN(s->gate, arena.NewTensor(T, c.n_ff, what));
-  ASSIGN_OR_RETURN(s->up, arena.NewTensor(T, c.n_ff, what));
-  ASSIGN_OR_RETURN(s->act, arena.NewTensor(T, c.n_ff, what));
+  ASSIGN_OR_RETURN(s->gate, arena.NewTensor(T, n_ff, what));
+  ASSIGN_OR_RETURN(s->up, arena.NewTensor(T, n_ff, what));
+  ASSIGN_OR_RETURN(s->act, arena.NewTensor(T, n_ff, what));
+  if (c.n_embd_per_layer > 0) {
+    ASSIGN_OR_RETURN(s->ple_in, arena.NewTensor(T, c.n_embd_per_layer, what));
+    ASSIGN_OR_RETURN(s->ple_gate, arena.NewTensor(T, c.n_embd_per_layer, what));
+  }
   if (c.HasMoe()) {
     const MoeConfig& m = c.moe;
     const int64_t Tk = T * m.n_expert_used;
@@ -77,7 +91,8 @@ Scratch Scratch::Rows(int64_t T) const {
                           {&v, &r.v}, {&o, &r.o}, {&gate, &r.gate}, {&up, &r.up},
                           {&act, &r.act}, {&router, &r.router}, {&route_w, &r.route_w},
                           {&sh_gate, &r.sh_gate}, {&sh_up, &r.sh_up}, {&sh_act, &r.sh_act},
-                          {&sh_out, &r.sh_out}, {&sh_g, &r.sh_g}}) {
+                          {&sh_out, &r.sh_out}, {&sh_g, &r.sh_g}, {&ple_in, &r.ple_in},
+                          {&ple_gate, &r.ple_gate}}) {
     *dst = src->data ? src->Rows(0, T) : *src;
   }
   // Per (token, rank) rows: T * k of them.
@@ -92,19 +107,28 @@ Scratch Scratch::Rows(int64_t T) const {
 }
 
 absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWeights* l) {
-  const int64_t d = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_kv_head * c.head_dim;
   const LayerConfig& lc = c.layers[il];
+  const LayerDims dm = c.Dims(il);
+  const int64_t d = c.n_embd, q_dim = dm.q_dim(c.n_head), kv_dim = dm.kv_dim(), n_ff = dm.n_ff;
+  const bool own_kv = lc.kv_source < 0;
   auto n = [il](const char* s) { return absl::StrCat("blk.", il, ".", s, ".weight"); };
   ASSIGN_OR_RETURN(l->attn_norm, BindTensor(f, n("attn_norm"), {d}, true));
   switch (lc.mixer) {
     case MixerKind::kAttention: {
       ASSIGN_OR_RETURN(l->wq, BindTensor(f, n("attn_q"), {d, q_dim}));
-      ASSIGN_OR_RETURN(l->wk, BindTensor(f, n("attn_k"), {d, kv_dim}));
-      ASSIGN_OR_RETURN(l->wv, BindTensor(f, n("attn_v"), {d, kv_dim}));
+      if (own_kv) {
+        ASSIGN_OR_RETURN(l->wk, BindTensor(f, n("attn_k"), {d, kv_dim}));
+        ASSIGN_OR_RETURN(l->wv, BindTensor(f, n("attn_v"), {d, kv_dim}));
+      }
       ASSIGN_OR_RETURN(l->wo, BindTensor(f, n("attn_output"), {q_dim, d}));
       if (c.qk_norm) {
-        ASSIGN_OR_RETURN(l->q_norm, BindTensor(f, n("attn_q_norm"), {c.head_dim}, true));
-        ASSIGN_OR_RETURN(l->k_norm, BindTensor(f, n("attn_k_norm"), {c.head_dim}, true));
+        ASSIGN_OR_RETURN(l->q_norm, BindTensor(f, n("attn_q_norm"), {dm.head_dim}, true));
+        if (own_kv) {
+          ASSIGN_OR_RETURN(l->k_norm, BindTensor(f, n("attn_k_norm"), {dm.head_dim}, true));
+        }
+      }
+      if (lc.rope_freqs) {
+        ASSIGN_OR_RETURN(l->rope_freqs, BindTensor(f, "rope_freqs.weight", {dm.n_rot / 2}, true));
       }
       break;
     }
@@ -122,14 +146,14 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
   ASSIGN_OR_RETURN(l->ffn_norm, BindTensor(f, n(c.ffn_norm_tensor), {d}, true));
   switch (lc.ffn) {
     case FfnKind::kDense: {
-      if (c.n_ff <= 0) {
+      if (n_ff <= 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            c.arch, ".feed_forward_length is missing or ", c.n_ff, "; layer ", il,
+            c.arch, ".feed_forward_length is missing or ", n_ff, "; layer ", il,
             " has a dense FFN, which needs it positive"));
       }
-      ASSIGN_OR_RETURN(l->ffn_gate, BindTensor(f, n("ffn_gate"), {d, c.n_ff}));
-      ASSIGN_OR_RETURN(l->ffn_up, BindTensor(f, n("ffn_up"), {d, c.n_ff}));
-      ASSIGN_OR_RETURN(l->ffn_down, BindTensor(f, n("ffn_down"), {c.n_ff, d}));
+      ASSIGN_OR_RETURN(l->ffn_gate, BindTensor(f, n("ffn_gate"), {d, n_ff}));
+      ASSIGN_OR_RETURN(l->ffn_up, BindTensor(f, n("ffn_up"), {d, n_ff}));
+      ASSIGN_OR_RETURN(l->ffn_down, BindTensor(f, n("ffn_down"), {n_ff, d}));
       break;
     }
     case FfnKind::kMoe: {
@@ -155,6 +179,11 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
     ASSIGN_OR_RETURN(l->post_attn_norm, BindTensor(f, n("post_attention_norm"), {d}, true));
     ASSIGN_OR_RETURN(l->post_ffw_norm, BindTensor(f, n("post_ffw_norm"), {d}, true));
   }
+  if (const int64_t ple = c.n_embd_per_layer; ple > 0) {
+    ASSIGN_OR_RETURN(l->ple_gate, BindTensor(f, n("inp_gate"), {d, ple}));
+    ASSIGN_OR_RETURN(l->ple_proj, BindTensor(f, n("proj"), {ple, d}));
+    ASSIGN_OR_RETURN(l->ple_post_norm, BindTensor(f, n("post_norm"), {d}, true));
+  }
   return absl::OkStatus();
 }
 
@@ -162,43 +191,97 @@ absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
                           backend::KvLayer kv, Tensor h, bool qk_norm) {
   const Config& c = b.c;
   const LayerConfig& lc = c.layers[il];
-  const int64_t hd = c.head_dim;
-  const Tensor q = b.s.q, k = b.s.k, v = b.s.v;
-  RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
-  RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
+  const LayerDims dm = c.Dims(il);
+  const int64_t hd = dm.head_dim, n_kv = dm.n_kv_head;
+  const bool own_kv = lc.kv_source < 0;  // a KV-shared layer reads an earlier layer's cache
+  const Tensor q = Cols(b.s.q, dm.q_dim(c.n_head)), k = Cols(b.s.k, dm.kv_dim()),
+               v = Cols(b.s.v, dm.kv_dim());
+  auto rope = [&](Tensor x, int64_t heads) {
+    return lc.rope_freqs ? b.be.RopeFreqFactors(x, heads, hd, dm.n_rot, lc.rope_base,
+                                                c.rope_mode, l.rope_freqs)
+                         : b.be.Rope(x, heads, hd, dm.n_rot, lc.rope_base, c.rope_mode);
+  };
+  if (own_kv) {
+    RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
+    RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
+  }
   if (qk_norm) {
     RETURN_IF_ERROR(b.be.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
-    RETURN_IF_ERROR(b.be.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
+    if (own_kv) RETURN_IF_ERROR(b.be.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
   }
-  RETURN_IF_ERROR(b.be.Rope(q, c.n_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
-  RETURN_IF_ERROR(b.be.Rope(k, c.n_kv_head, hd, c.n_rot, lc.rope_base, c.rope_mode));
+  if (own_kv && c.v_norm) {
+    RETURN_IF_ERROR(b.be.RmsNorm(v.Reshaped(hd), nullptr, c.norm_eps, v.Reshaped(hd)));
+  }
+  RETURN_IF_ERROR(rope(q, c.n_head));
+  if (own_kv) RETURN_IF_ERROR(rope(k, n_kv));
   RETURN_IF_ERROR(b.emit(il, "q", q));
-  RETURN_IF_ERROR(b.emit(il, "k", k));
-  RETURN_IF_ERROR(b.emit(il, "v", v));
+  if (own_kv) {
+    RETURN_IF_ERROR(b.emit(il, "k", k));
+    RETURN_IF_ERROR(b.emit(il, "v", v));
+  }
 
   backend::AttentionParams ap;
   ap.scale = c.attn_scale;
   ap.window = lc.sliding ? lc.window : 0;
   ap.softcap = c.attn_softcap;
-  RETURN_IF_ERROR(b.be.KvWrite(b.layout, k, v, kv));
-  return b.be.PagedAttention(q, b.layout, kv, c.n_head, c.n_kv_head, hd, ap, b.s.attn);
+  if (own_kv) RETURN_IF_ERROR(b.be.KvWrite(b.layout, k, v, kv));
+  return b.be.PagedAttention(q, b.layout, kv, c.n_head, n_kv, hd, ap,
+                             Cols(b.s.attn, dm.q_dim(c.n_head)));
 }
 
 absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
                             backend::KvLayer kv, Tensor h, Tensor out) {
-  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, b.s.q));  // [T, n_head * head_dim]
+  const int64_t q_dim = b.c.Dims(il).q_dim(b.c.n_head);
+  const Tensor q = Cols(b.s.q, q_dim), attn = Cols(b.s.attn, q_dim);
+  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
   RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, b.c.qk_norm));
-  RETURN_IF_ERROR(b.emit(il, "kqv", b.s.attn));
-  return b.be.MatMul(l.wo, b.s.attn, out);
+  RETURN_IF_ERROR(b.emit(il, "kqv", attn));
+  return b.be.MatMul(l.wo, attn, out);
 }
 
-absl::Status DenseFfn(const BlockCtx& b, int64_t /*il*/, const LayerWeights& l, Tensor h,
+absl::Status DenseFfn(const BlockCtx& b, int64_t il, const LayerWeights& l, Tensor h,
                       Tensor out) {
-  RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate, h, b.s.gate));
-  RETURN_IF_ERROR(b.be.MatMul(l.ffn_up, h, b.s.up));
-  RETURN_IF_ERROR(b.be.Glu(b.s.gate, b.s.up, b.c.act, b.s.act));
-  return b.be.MatMul(l.ffn_down, b.s.act, out);
+  const int64_t n_ff = b.c.Dims(il).n_ff;
+  const Tensor gate = Cols(b.s.gate, n_ff), up = Cols(b.s.up, n_ff), act = Cols(b.s.act, n_ff);
+  RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate, h, gate));
+  RETURN_IF_ERROR(b.be.MatMul(l.ffn_up, h, up));
+  RETURN_IF_ERROR(b.be.Glu(gate, up, b.c.act, act));
+  return b.be.MatMul(l.ffn_down, act, out);
 }
+
+absl::Status PerLayerInputs(backend::Backend& be, const Config& c, const Weights& w, Tensor x,
+                            Tensor tmp, Tensor out) {
+  const int64_t ple = c.n_embd_per_layer;
+  RETURN_IF_ERROR(be.MatMul(w.per_layer_model_proj, x, tmp));  // [T, n_layer * ple]
+  RETURN_IF_ERROR(be.Scale(tmp, 1.0f / std::sqrt(static_cast<float>(c.n_embd)), tmp));
+  RETURN_IF_ERROR(be.RmsNorm(tmp.Reshaped(ple), &w.per_layer_proj_norm, c.norm_eps,
+                             tmp.Reshaped(ple)));
+  RETURN_IF_ERROR(be.Embed(w.per_layer_tok_embd, out));
+  RETURN_IF_ERROR(be.Scale(out, std::sqrt(static_cast<float>(ple)), out));
+  RETURN_IF_ERROR(be.Add(tmp, out, out));
+  return be.Scale(out, 1.0f / std::sqrt(2.0f), out);
+}
+
+namespace {
+
+// x += post_norm((act(x W_gate) * p) W_proj), p = layer il's columns of the step's per-layer
+// inputs, copied row by row into s.ple_in (Copy is the one backend op that moves a strided slice).
+absl::Status PerLayerInputBlock(const BlockCtx& b, int64_t il, const LayerWeights& l, Tensor x) {
+  const int64_t ple = b.c.n_embd_per_layer, T = x.rows;
+  const Tensor p = b.s.ple_in, g = b.s.ple_gate, o = b.s.o;
+  for (int64_t t = 0; t < T; ++t) {
+    RETURN_IF_ERROR(b.be.Copy(p.data + t * ple, b.ple.data + t * b.ple.cols + il * ple,
+                              ple * static_cast<int64_t>(sizeof(float))));
+  }
+  RETURN_IF_ERROR(b.be.MatMul(l.ple_gate, x, g));  // [T, ple]
+  RETURN_IF_ERROR(b.be.Glu(g, p, b.c.act, g));
+  RETURN_IF_ERROR(b.be.MatMul(l.ple_proj, g, o));  // [T, d]
+  RETURN_IF_ERROR(b.be.RmsNorm(o, &l.ple_post_norm, b.c.norm_eps, o));
+  RETURN_IF_ERROR(b.emit(il, "per_layer_out", o));
+  return b.be.Add(x, o, x);
+}
+
+}  // namespace
 
 absl::Status MoeFfn(const BlockCtx& b, int64_t il, const LayerWeights& l, Tensor h, Tensor out) {
   const MoeConfig& m = b.c.moe;
@@ -268,6 +351,8 @@ absl::Status DecoderLayer(const BlockCtx& b, int64_t il, const LayerWeights& l,
   if (c.post_norms) RETURN_IF_ERROR(b.be.RmsNorm(o, &l.post_ffw_norm, c.norm_eps, o));
   RETURN_IF_ERROR(b.emit(il, "ffn_out", o));
   RETURN_IF_ERROR(b.be.Add(x, o, x));
+  if (c.n_embd_per_layer > 0) RETURN_IF_ERROR(PerLayerInputBlock(b, il, l, x));
+  if (lc.out_scale != 1.0f) RETURN_IF_ERROR(b.be.Scale(x, lc.out_scale, x));
   return b.emit(il, "l_out", x);
 }
 

@@ -43,6 +43,9 @@ struct Scratch {
   // The shared expert: [T, n_ff_shexp] x3, its output [T, d] and gate logit [T, 1].
   backend::Tensor sh_gate, sh_up, sh_act, sh_out, sh_g;
   GdnScratch gdn;  // GDN mixer and gated attention rows (gdn.h)
+  // Per-layer inputs (Config::n_embd_per_layer > 0): the layer's slice of the step's per-layer
+  // inputs and its gate, [T, ple] each.
+  backend::Tensor ple_in, ple_gate;
   // Rows [0, T) of every tensor.
   Scratch Rows(int64_t T) const;
 };
@@ -64,7 +67,16 @@ struct BlockCtx {
   // The recurrent state of Gated DeltaNet layers (gdn.h): its layout and, per layer, its memory.
   const backend::GdnLayout* gdn_layout = nullptr;
   const backend::GdnLayer* gdn_state = nullptr;  // [n_layer]
+  // The step's per-layer inputs [T, n_layer * ple] (PerLayerInputs); empty without them.
+  backend::Tensor ple = {};
 };
+
+// The per-layer inputs of a step (gemma4's PLE, transformers' get_per_layer_inputs and
+// project_per_layer_inputs), for the scaled embeddings x [T, d], into out [T, n_layer * ple]:
+//   out = (rmsnorm_ple(x W_proj / sqrt(d), proj_norm) + embed_ple(tokens) * sqrt(ple)) / sqrt(2)
+// tmp: [T, n_layer * ple] workspace.
+absl::Status PerLayerInputs(backend::Backend& be, const Config& c, const Weights& w,
+                            backend::Tensor x, backend::Tensor tmp, backend::Tensor out);
 
 // Softmax attention once q [T, n_head * head_dim] is in b.s.q: the k/v projections of h, the
 // per-head q/k RMSNorm (when qk_norm), RoPE, the KV write and attention into b.s.attn. Shared by
@@ -87,7 +99,9 @@ absl::Status MoeFfn(const BlockCtx& b, int64_t il, const LayerWeights& l, backen
 
 // One pre-norm decoder layer over the residual x [T, d]:
 //   x += post_attn_norm?(Mixer(attn_norm(x))); x += post_ffw_norm?(Ffn(ffn_norm(x)))
-// with the mixer and FFN of c.layers[il]. A kind without a builder yet is an Unimplemented error
+// with the mixer and FFN of c.layers[il]; with per-layer inputs p = b.ple's slice of layer il,
+//   x += post_norm((act(x W_gate) * p) W_proj);
+// then x *= out_scale when the layer has one. A kind without a builder yet is an Unimplemented error
 // naming the kind and the layer.
 absl::Status DecoderLayer(const BlockCtx& b, int64_t il, const LayerWeights& l,
                           backend::KvLayer kv, backend::Tensor x);

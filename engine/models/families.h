@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/gguf/gguf.h"
@@ -25,6 +26,7 @@ absl::Status ReadQwen3MoeConfig(const gguf::File& f, Config* c);
 absl::Status ReadQwen35Config(const gguf::File& f, Config* c);     // qwen3_5.cc
 absl::Status ReadQwen3NextConfig(const gguf::File& f, Config* c);  // qwen3_next.cc
 absl::Status ReadQwen35MoeConfig(const gguf::File& f, Config* c);  // qwen3_5_moe.cc
+absl::Status ReadGemma4Config(const gguf::File& f, Config* c);     // gemma4.cc
 
 inline constexpr Family kFamilies[] = {
     {"llama", &ReadLlamaConfig},
@@ -34,6 +36,7 @@ inline constexpr Family kFamilies[] = {
     {"qwen35", &ReadQwen35Config},
     {"qwen3next", &ReadQwen3NextConfig},
     {"qwen35moe", &ReadQwen35MoeConfig},
+    {"gemma4", &ReadGemma4Config},
 };
 
 // Shared hyperparameter readers; errors name the key.
@@ -41,6 +44,10 @@ absl::StatusOr<int64_t> GetInt(const gguf::File& f, std::string_view key);
 absl::StatusOr<int64_t> GetIntOr(const gguf::File& f, std::string_view key, int64_t fallback);
 absl::StatusOr<float> GetFloat(const gguf::File& f, std::string_view key);
 absl::StatusOr<float> GetFloatOr(const gguf::File& f, std::string_view key, float fallback);
+// One integer per layer: an array of n_layer entries, or a scalar (or `fallback` when absent)
+// for every layer, as llama.cpp's get_key_or_arr.
+absl::StatusOr<std::vector<int64_t>> GetIntPerLayer(const gguf::File& f, std::string_view key,
+                                                    int64_t n_layer, int64_t fallback);
 // Fills the fields every family shares: n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff,
 // n_rot, norm_eps, rope base, context length, default attention scale.
 absl::Status ReadCommonConfig(const gguf::File& f, const std::string& arch, Config* c);

@@ -1,5 +1,7 @@
 #include "engine/models/model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/status.h"
@@ -24,7 +26,32 @@ std::vector<backend::Weight*> LayerWeights::All() {
           &ffn_down_exps,  &ffn_gate_shexp, &ffn_up_shexp, &ffn_down_shexp,
           &ffn_gate_inp_shexp, &gdn.qkv,   &gdn.z,       &gdn.conv1d,
           &gdn.dt_bias,    &gdn.ssm_a,   &gdn.beta,     &gdn.alpha,
-          &gdn.ba,         &gdn.norm,    &gdn.out};
+          &gdn.ba,         &gdn.norm,    &gdn.out,      &ple_gate,
+          &ple_proj,       &ple_post_norm, &rope_freqs};
+}
+
+LayerDims Config::Dims(int64_t il) const {
+  const LayerConfig& l = layers[il];
+  return {l.head_dim > 0 ? l.head_dim : head_dim, l.n_kv_head > 0 ? l.n_kv_head : n_kv_head,
+          l.n_rot > 0 ? l.n_rot : n_rot, l.n_ff > 0 ? l.n_ff : n_ff};
+}
+
+int64_t Config::MaxQDim() const {
+  int64_t m = n_head * head_dim;
+  for (int64_t il = 0; il < n_layer; ++il) m = std::max(m, Dims(il).q_dim(n_head));
+  return m;
+}
+
+int64_t Config::MaxKvDim() const {
+  int64_t m = n_kv_head * head_dim;
+  for (int64_t il = 0; il < n_layer; ++il) m = std::max(m, Dims(il).kv_dim());
+  return m;
+}
+
+int64_t Config::MaxFf() const {
+  int64_t m = n_ff;
+  for (int64_t il = 0; il < n_layer; ++il) m = std::max(m, Dims(il).n_ff);
+  return m;
 }
 
 std::vector<const backend::Weight*> LayerWeights::All() const {
@@ -111,6 +138,14 @@ absl::Status BindWeights(const gguf::File& f, Config* c, Weights* w) {
     }
   } else {
     w->output = w->tok_embd;  // tied embeddings
+  }
+  if (const int64_t ple = c->n_embd_per_layer; ple > 0) {
+    const int64_t all = c->n_layer * ple;
+    ASSIGN_OR_RETURN(w->per_layer_tok_embd,
+                     BindTensor(f, "per_layer_token_embd.weight", {all, c->n_vocab}));
+    ASSIGN_OR_RETURN(w->per_layer_model_proj, BindTensor(f, "per_layer_model_proj.weight", {d, all}));
+    ASSIGN_OR_RETURN(w->per_layer_proj_norm,
+                     BindTensor(f, "per_layer_proj_norm.weight", {ple}, true));
   }
   w->layers.resize(c->n_layer);
   for (int64_t il = 0; il < c->n_layer; ++il) {

@@ -37,6 +37,23 @@ struct LayerConfig {
   float rope_base = 10000.0f;
   MixerKind mixer = MixerKind::kAttention;
   FfnKind ffn = FfnKind::kDense;
+  // A layer's own attention / FFN shape where it differs from Config's (gemma4: full-attention
+  // layers have wider heads, KV-shared layers double-wide FFNs); 0 = Config's. Read through
+  // Config::Dims.
+  int64_t head_dim = 0, n_kv_head = 0, n_rot = 0, n_ff = 0;
+  // >= 0: the earlier layer whose KV cache this layer's attention reads; it projects no k / v
+  // and writes no KV of its own (gemma4's KV-shared layers). -1: its own cache.
+  int64_t kv_source = -1;
+  // RoPE frequencies divided by the GGUF's rope_freqs factors (gemma4's proportional RoPE).
+  bool rope_freqs = false;
+  float out_scale = 1.0f;    // the layer's output multiplied by this (gemma4's layer_scalar)
+};
+
+// The shape of one layer's attention and FFN (Config::Dims).
+struct LayerDims {
+  int64_t head_dim = 0, n_kv_head = 0, n_rot = 0, n_ff = 0;
+  int64_t q_dim(int64_t n_head) const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_kv_head * head_dim; }
 };
 
 // The mixture-of-experts hyperparameters (GGUF `<arch>.expert_*`, as llama.cpp names them).
@@ -67,11 +84,21 @@ struct Config {
   // The pre-FFN RMSNorm tensor of every layer (qwen3_5/qwen3_next: "post_attention_norm").
   const char* ffn_norm_tensor = "ffn_norm";
   std::vector<LayerConfig> layers;
+  // Per-layer inputs (gemma4's PLE; GGUF embedding_length_per_layer_input): dims per layer of
+  // the per-layer embedding added after every layer's FFN; 0 = none.
+  int64_t n_embd_per_layer = 0;
+  bool v_norm = false;       // RMSNorm (no weight) of every value head before the KV write (gemma4)
   // MTP / NextN blocks after the n_layer decoder layers (GGUF `<arch>.nextn_predict_layers`),
   // not part of the trunk: only the MTP drafter runs them (engine/models/mtp.h).
   int64_t n_nextn = 0;
   LayerConfig nextn_layer;
   bool HasMoe() const;
+  // Layer il's head_dim, n_kv_head, n_rot and n_ff (its own where set, else Config's), and the
+  // largest q / kv rows and FFN width over all layers (what a workspace row must hold).
+  LayerDims Dims(int64_t il) const;
+  int64_t MaxQDim() const;
+  int64_t MaxKvDim() const;
+  int64_t MaxFf() const;
 };
 
 // A layer's tensors; those its mixer and FFN kinds do not use stay unbound (data == nullptr).
@@ -84,6 +111,9 @@ struct LayerWeights {
   // The shared expert ([n_ff_shexp, d] x2, [d, n_ff_shexp]) and its gate [1, d].
   backend::Weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, ffn_gate_inp_shexp;
   GdnWeights gdn;  // a Gated DeltaNet mixer's tensors (gdn_types.h)
+  // Per-layer inputs (gemma4): the gate [ple, d], the projection [d, ple], its post-norm [d];
+  // and the RoPE frequency factors [n_rot / 2] of a layer with rope_freqs (rope_freqs.weight).
+  backend::Weight ple_gate, ple_proj, ple_post_norm, rope_freqs;
   // Every weight field, in one fixed order (binding, byte counts).
   std::vector<backend::Weight*> All();
   std::vector<const backend::Weight*> All() const;
@@ -99,6 +129,9 @@ struct NextnWeights {
 
 struct Weights {
   backend::Weight tok_embd, output_norm, output;
+  // Per-layer inputs (Config::n_embd_per_layer > 0): the token table [n_vocab, n_layer * ple],
+  // the projection of the scaled embedding [n_layer * ple, d] and its per-layer norm [ple].
+  backend::Weight per_layer_tok_embd, per_layer_model_proj, per_layer_proj_norm;
   std::vector<LayerWeights> layers;
   std::vector<NextnWeights> nextn;  // [n_nextn]
   // A trimmed output head (FR-Spec drafts): output row r scores token output_ids[r]. Empty when

@@ -17,20 +17,38 @@ namespace lockstep::models {
 
 using backend::Tensor;
 
+namespace {
+
+bool KvShared(const Config& c) {
+  for (const LayerConfig& l : c.layers) {
+    if (l.kv_source >= 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int64_t KvBlockBytes(const Config& c, quant::KvFormat k, quant::KvFormat v, int64_t block_size) {
-  const int64_t kv_dim = c.n_kv_head * c.head_dim;
-  return c.n_layer * block_size * (quant::KvRowBytes(k, kv_dim) + quant::KvRowBytes(v, kv_dim));
+  int64_t bytes = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    if (c.layers[il].kv_source >= 0) continue;  // reads another layer's cache
+    const int64_t kv_dim = c.Dims(il).kv_dim();
+    bytes += block_size * (quant::KvRowBytes(k, kv_dim) + quant::KvRowBytes(v, kv_dim));
+  }
+  return bytes;
 }
 
 absl::Status CheckKvFormats(const Config& c, quant::KvFormat k, quant::KvFormat v) {
-  const int64_t kv_dim = c.n_kv_head * c.head_dim;
-  for (quant::KvFormat f : {k, v}) {
-    const int64_t be = quant::KvFormatBlockElems(f);
-    if (c.head_dim % be != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "KV format ", quant::KvFormatName(f), " stores blocks of ", be,
-          " elements, which do not divide the model's head_dim ", c.head_dim, " (kv_dim ",
-          kv_dim, "); choose f32, f16, bf16 or fp8"));
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerDims dm = c.Dims(il);
+    for (quant::KvFormat f : {k, v}) {
+      const int64_t be = quant::KvFormatBlockElems(f);
+      if (dm.head_dim % be != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "KV format ", quant::KvFormatName(f), " stores blocks of ", be,
+            " elements, which do not divide layer ", il, "'s head_dim ", dm.head_dim,
+            " (kv_dim ", dm.kv_dim(), "); choose f32, f16, bf16 or fp8"));
+      }
     }
   }
   return absl::OkStatus();
@@ -83,6 +101,10 @@ absl::Status Runner::Init() {
     first_ = sp[r];
     last_ = sp[r + 1];
   }
+  if (pipelined() && (c.n_embd_per_layer > 0 || KvShared(c))) {
+    return absl::UnimplementedError(absl::StrCat(
+        c.arch, ": pipeline stages do not carry per-layer inputs or KV shared across layers yet"));
+  }
   const bool embeds = first_ == 0, head = last_stage();
   auto bind = [&](const backend::Weight& host, backend::Weight* out) -> absl::Status {
     if (!host.bound()) {
@@ -93,7 +115,12 @@ absl::Status Runner::Init() {
     return absl::OkStatus();
   };
   bound_.output_ids = w.output_ids;
-  if (embeds) RETURN_IF_ERROR(bind(w.tok_embd, &bound_.tok_embd));
+  if (embeds) {
+    RETURN_IF_ERROR(bind(w.tok_embd, &bound_.tok_embd));
+    RETURN_IF_ERROR(bind(w.per_layer_tok_embd, &bound_.per_layer_tok_embd));
+    RETURN_IF_ERROR(bind(w.per_layer_model_proj, &bound_.per_layer_model_proj));
+    RETURN_IF_ERROR(bind(w.per_layer_proj_norm, &bound_.per_layer_proj_norm));
+  }
   if (head) {
     RETURN_IF_ERROR(bind(w.output_norm, &bound_.output_norm));
     RETURN_IF_ERROR(bind(w.output, &bound_.output));
@@ -115,9 +142,21 @@ absl::Status Runner::Init() {
   layout_.block_size = options_.block_size;
   layout_.kv_dim = c.n_kv_head * c.head_dim;
   kv_.resize(c.n_layer);  // only this stage's layers get storage
+  layouts_.assign(c.n_layer, layout_);
   for (int64_t il = first_; il < last_; ++il) {
-    ASSIGN_OR_RETURN(kv_[il].k, arena_.Allocate(layout_.k_bytes(), "KV pool (K)"));
-    ASSIGN_OR_RETURN(kv_[il].v, arena_.Allocate(layout_.v_bytes(), "KV pool (V)"));
+    const int64_t src = c.layers[il].kv_source;
+    if (src >= 0) {  // a KV-shared layer reads (never writes) an earlier layer's cache
+      if (src >= il) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", il, " reads the KV cache of layer ", src, ", which is not an earlier layer"));
+      }
+      layouts_[il] = layouts_[src];
+      kv_[il] = kv_[src];
+      continue;
+    }
+    layouts_[il].kv_dim = c.Dims(il).kv_dim();
+    ASSIGN_OR_RETURN(kv_[il].k, arena_.Allocate(layouts_[il].k_bytes(), "KV pool (K)"));
+    ASSIGN_OR_RETURN(kv_[il].v, arena_.Allocate(layouts_[il].v_bytes(), "KV pool (V)"));
   }
   gdn_state_.resize(c.n_layer);
   if (c.gdn.present()) {
@@ -144,6 +183,10 @@ absl::Status Runner::Init() {
   Scratch& s = ws_.blocks;
   ASSIGN_OR_RETURN(ws_.x, arena_.NewTensor(T, d, "workspace"));
   RETURN_IF_ERROR(AllocateScratch(c, T, arena_, "workspace", &s));
+  if (c.n_embd_per_layer > 0) {
+    ASSIGN_OR_RETURN(ws_.ple, arena_.NewTensor(T, c.n_layer * c.n_embd_per_layer, "workspace"));
+    ASSIGN_OR_RETURN(ws_.ple_tmp, arena_.NewTensor(T, c.n_layer * c.n_embd_per_layer, "workspace"));
+  }
   if (head) {
     ASSIGN_OR_RETURN(ws_.sel, arena_.NewTensor(options_.max_logit_rows, d, "workspace"));
     ASSIGN_OR_RETURN(ws_.logits, arena_.NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
@@ -153,8 +196,6 @@ absl::Status Runner::Init() {
 
 absl::Status Runner::CopyBlock(int32_t src, int32_t dst) {
   const int64_t rows = layout_.block_size;
-  const int64_t kb = rows * quant::KvRowBytes(layout_.k_format, layout_.kv_dim);
-  const int64_t vb = rows * quant::KvRowBytes(layout_.v_format, layout_.kv_dim);
   if (pipelined() && options_.link->rank() == 0) {
     wire::Message m;
     m.kind = wire::Kind::kCopy;
@@ -162,8 +203,12 @@ absl::Status Runner::CopyBlock(int32_t src, int32_t dst) {
     m.dst = dst;
     RETURN_IF_ERROR(options_.link->Send(1, wire::Encode(m)));
   }
-  for (const backend::KvLayer& l : kv_) {
-    if (l.k == nullptr) continue;  // another stage's layer
+  for (size_t il = 0; il < kv_.size(); ++il) {
+    const backend::KvLayer& l = kv_[il];
+    // Another stage's layer, or a KV-shared one (its source's blocks are copied once).
+    if (l.k == nullptr || model_.config().layers[il].kv_source >= 0) continue;
+    const int64_t kb = rows * quant::KvRowBytes(layout_.k_format, layouts_[il].kv_dim);
+    const int64_t vb = rows * quant::KvRowBytes(layout_.v_format, layouts_[il].kv_dim);
     auto* k = static_cast<uint8_t*>(l.k);
     auto* v = static_cast<uint8_t*>(l.v);
     RETURN_IF_ERROR(be_.Copy(k + dst * kb, k + src * kb, kb));
@@ -199,7 +244,8 @@ absl::StatusOr<std::vector<uint8_t>> Runner::DownloadKv(int64_t layer,
                                               first_, ", ", last_, ")), ", n_tokens,
                                               " tokens over ", blocks.size(), " blocks"));
   }
-  const int64_t row = quant::KvRowBytes(v ? layout_.v_format : layout_.k_format, layout_.kv_dim);
+  const int64_t row =
+      quant::KvRowBytes(v ? layout_.v_format : layout_.k_format, layouts_[layer].kv_dim);
   const auto* base = static_cast<const uint8_t*>(v ? kv_[layer].v : kv_[layer].k);
   std::vector<uint8_t> out(n_tokens * row);
   for (int64_t p = 0; p < n_tokens; ++p) {
@@ -323,6 +369,10 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
   const Config& c = model_.config();
   if (c.embed_scale != 1.0f) RETURN_IF_ERROR(be_.Scale(x, c.embed_scale, x));
   RETURN_IF_ERROR(Emit(dump, -1, "inp_embd", x));
+  if (c.n_embd_per_layer > 0) {
+    RETURN_IF_ERROR(PerLayerInputs(be_, c, bound_, x, ws_.ple_tmp.Rows(0, T), ws_.ple.Rows(0, T)));
+    RETURN_IF_ERROR(Emit(dump, -1, "inp_per_layer", ws_.ple.Rows(0, T)));
+  }
   RETURN_IF_ERROR(Layers(T, 0, c.n_layer, dump));
   RETURN_IF_ERROR(HiddenRows(batch, meta));
   logits->clear();
@@ -340,9 +390,11 @@ absl::Status Runner::Layers(int64_t T, int64_t first, int64_t last, const DumpFn
     return Emit(dump, layer, name, t);
   };
   const Scratch s = ws_.blocks.Rows(T);
-  const BlockCtx b{be_, model_.config(), layout_, s, emit, &gdn_layout_, gdn_state_.data()};
   const Tensor x = ws_.x.Rows(0, T);
+  const Tensor ple = ws_.ple.data ? ws_.ple.Rows(0, T) : Tensor{};
   for (int64_t il = first; il < last; ++il) {
+    const BlockCtx b{be_, model_.config(), layouts_[il], s, emit, &gdn_layout_,
+                     gdn_state_.data(), ple};
     RETURN_IF_ERROR(DecoderLayer(b, il, bound_.layers[il], kv_[il], x));
   }
   return absl::OkStatus();

@@ -141,12 +141,14 @@ class Runner {
   RunnerOptions options_;
   Weights bound_;                        // the model's weights as the backend reads them
   backend::KvLayout layout_;
-  std::vector<backend::KvLayer> kv_;     // [n_layer]
+  std::vector<backend::KvLayout> layouts_;  // [n_layer] each layer's (its own kv_dim)
+  std::vector<backend::KvLayer> kv_;     // [n_layer]; a KV-shared layer aliases its source's
   backend::GdnLayout gdn_layout_;        // the state pool (n_slots 0: no recurrent layer)
   std::vector<backend::GdnLayer> gdn_state_;  // [n_layer]; GDN layers only
   Arena arena_{be_};                     // every allocation, freed after the destructor
   struct Workspace {
     backend::Tensor x, sel, logits;  // the residual [T, d]; the head's rows
+    backend::Tensor ple, ple_tmp;    // per-layer inputs [T, n_layer * ple] (gemma4)
     Scratch blocks;                  // what the block builders use (blocks.h)
   } ws_;
   std::vector<float> host_logits_, dump_buf_;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -15,6 +16,7 @@
 #include "engine/core/tolerances.h"
 #include "engine/models/model.h"
 #include "engine/models/runner.h"
+#include "engine/models/stage_link.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/golden_manifest.h"
@@ -26,7 +28,7 @@ const std::string kDir = std::string(LOCKSTEP_SOURCE_DIR) + "/golden/families/";
 
 // The families with a golden from oracle/gen_family_golden.py (qwen3_next and qwen3_5 have theirs in
 // gdn_golden_test.cc).
-const char* const kFamilies[] = {"qwen3_moe", "qwen3_5_moe"};
+const char* const kFamilies[] = {"qwen3_moe", "qwen3_5_moe", "gemma4_text"};
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
@@ -56,10 +58,50 @@ void ExpectMatches(const std::vector<float>& logits, const npy::Array& golden, i
                            tol::kGoldenDecisiveMargin);
   ASSERT_TRUE(s.ok()) << what;
   SCOPED_TRACE(what + ": " + compare::Describe(*s));
+  std::printf("[ compare ] %s: nmse %.3g, max KL %.3g, decisive argmax %lld/%lld\n", what.c_str(),
+              s->nmse, s->max_kl, static_cast<long long>(s->decisive_agree),
+              static_cast<long long>(s->decisive));
   EXPECT_EQ(s->nan_a + s->nan_b, 0);
   EXPECT_LE(s->nmse, tol::kTinyGoldenNmse);
   EXPECT_EQ(s->decisive_agree, s->decisive);
   EXPECT_LE(s->max_kl, tol::kTinyGoldenMaxKl);
+}
+
+// Gemma 4: the layer kinds, per-layer head dims, RoPE bases, the KV-shared layers' sources, the
+// double-wide FFNs, the per-layer inputs and the softcap, as transformers' config has them.
+void ExpectGemma4Config(const models::Config& cfg, const nlohmann::json& hf) {
+  const auto types = hf.at("layer_types").get<std::vector<std::string>>();
+  const nlohmann::json& plc = hf.at("per_layer_config");
+  const nlohmann::json& rope = hf.at("rope_parameters");
+  const int64_t n_shared = hf.at("num_kv_shared_layers").get<int64_t>();
+  const int64_t first_shared = cfg.n_layer - n_shared;
+  EXPECT_EQ(cfg.n_embd_per_layer, hf.at("hidden_size_per_layer_input").get<int64_t>());
+  EXPECT_EQ(cfg.final_softcap, hf.at("final_logit_softcapping").get<float>());
+  EXPECT_EQ(cfg.attn_scale, 1.0f);
+  for (int64_t il = 0; il < cfg.n_layer; ++il) {
+    SCOPED_TRACE("layer " + std::to_string(il));
+    const models::LayerConfig& l = cfg.layers[il];
+    const bool sliding = types[il] == "sliding_attention";
+    const std::string key = std::to_string(il);
+    const int64_t hd = plc.contains(key) ? plc.at(key).at("head_dim").get<int64_t>()
+                                         : hf.at("head_dim").get<int64_t>();
+    EXPECT_EQ(l.sliding, sliding);
+    EXPECT_EQ(cfg.Dims(il).head_dim, hd);
+    EXPECT_EQ(l.rope_base, rope.at(types[il]).at("rope_theta").get<float>());
+    EXPECT_EQ(l.rope_freqs, !sliding);  // proportional RoPE on full layers
+    if (sliding) {
+      EXPECT_EQ(l.window, hf.at("sliding_window").get<int64_t>());
+    }
+    const bool wide = hf.at("use_double_wide_mlp").get<bool>() && il >= first_shared;
+    EXPECT_EQ(cfg.Dims(il).n_ff, hf.at("intermediate_size").get<int64_t>() * (wide ? 2 : 1));
+    int64_t src = -1;  // transformers: the last layer of the same type before the shared ones
+    if (il >= first_shared) {
+      for (int64_t j = first_shared - 1; j >= 0 && src < 0; --j) {
+        if (types[j] == types[il]) src = j;
+      }
+    }
+    EXPECT_EQ(l.kv_source, src);
+  }
 }
 
 class FamilyGolden : public ::testing::TestWithParam<Case> {};
@@ -79,6 +121,7 @@ TEST_P(FamilyGolden, ConfigIsTransformers) {
   EXPECT_EQ(cfg.n_vocab, hf.at("vocab_size").get<int64_t>());
   EXPECT_EQ(cfg.n_head, hf.at("num_attention_heads").get<int64_t>());
   EXPECT_EQ(cfg.n_kv_head, hf.at("num_key_value_heads").get<int64_t>());
+  if (cfg.arch == "gemma4") ExpectGemma4Config(cfg, hf);
   if (cfg.HasMoe()) {
     // transformers 5 serializes Qwen3Moe's num_experts as num_local_experts (the full config,
     // use_diff=False); Qwen3_5Moe keeps num_experts.
@@ -174,6 +217,27 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden, ::testing::ValuesIn(AllCases())
                          [](const auto& info) {
                            return info.param.family + "_" + info.param.backend;
                          });
+
+// Pipeline stages do not carry gemma4's per-layer inputs or its shared KV: a split is refused by
+// name rather than computed wrong.
+TEST(FamilyGoldenGemma4, PipelineSplitIsRefusedByName) {
+  auto model = models::Model::Load(kDir + "gemma4_text/gemma4_text.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto be = backend::MakeBackend("cpu", {1});
+  ASSERT_TRUE(be.ok()) << be.status();
+  auto stage_be = backend::MakeBackend("cpu", {1});
+  ASSERT_TRUE(stage_be.ok()) << stage_be.status();
+  models::LocalStageLinks links(2);
+  std::thread stage([&] { (void)models::RunStage(**model, **stage_be, links.rank(1)); });
+  const std::vector<int32_t> ids = {1, 2, 3};
+  auto logits = models::PromptLogits(**model, **be, ids, false, nullptr, quant::KvFormat::kF32,
+                                     quant::KvFormat::kF32, {0, 3, 6}, &links.rank(0));
+  links.Close();
+  stage.join();
+  ASSERT_FALSE(logits.ok());
+  EXPECT_NE(logits.status().message().find("per-layer inputs"), std::string_view::npos)
+      << logits.status();
+}
 
 // Every file of every family's golden hashes to its MANIFEST.json entry; nothing is unlisted.
 TEST(FamilyGoldenManifest, EveryFileMatchesItsSha256) {

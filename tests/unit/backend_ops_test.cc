@@ -271,6 +271,58 @@ TEST_F(BackendOpsTest, RopeNormalAndNeox) {
   }
 }
 
+// RopeFreqFactors (gemma4's proportional RoPE): factors of 1 give Rope's bits on each backend;
+// factors of 1e30 (llama.cpp's rope_freqs for unrotated pairs) leave those pairs as they were;
+// cpu against ref within Rope's bound over random factors in [1, 8].
+TEST_F(BackendOpsTest, RopeFreqFactors) {
+  const int64_t T = 5, n_heads = 3, head_dim = 32, n_rot = 32, half = n_rot / 2, cols = n_heads * head_dim;
+  std::vector<int32_t> pos(T);
+  for (int32_t& p : pos) p = static_cast<int32_t>(rng_() % 40000);
+  const std::vector<float> x = Uniform(rng_, T * cols, -2.0f, 2.0f);
+  std::vector<float> ones(half, 1.0f), prop(half, 1e30f), rnd = Uniform(rng_, half, 1.0f, 8.0f),
+      short_f(3, 1.0f);
+  for (int64_t i = 0; i < 4; ++i) prop[i] = 1.0f;  // 4 rotated pairs of 16, as 0.25 of the head
+  auto factors = [](std::vector<float>& f) {
+    return Weight{quant::Type::F32, 1, static_cast<int64_t>(f.size()), f.data(), "rope_freqs"};
+  };
+  std::vector<float> y_rnd[2];
+  for (Backend* be : {ref_.get(), cpu_.get()}) {
+    ASSERT_TRUE(be->BeginStep(RowsStep(std::vector<int32_t>(T, 0), pos)).ok());
+    std::vector<float> plain = x, one = x, p = x, r = x;
+    ASSERT_TRUE(be->Rope(HostTensor(plain, T, cols), n_heads, head_dim, n_rot, 1e6f, RopeMode::kNeox).ok());
+    ASSERT_TRUE(be->RopeFreqFactors(HostTensor(one, T, cols), n_heads, head_dim, n_rot, 1e6f,
+                                    RopeMode::kNeox, factors(ones)).ok());
+    EXPECT_EQ(std::memcmp(plain.data(), one.data(), plain.size() * sizeof(float)), 0) << be->name();
+    ASSERT_TRUE(be->RopeFreqFactors(HostTensor(p, T, cols), n_heads, head_dim, n_rot, 1e6f,
+                                    RopeMode::kNeox, factors(prop)).ok());
+    for (int64_t th = 0; th < T * n_heads; ++th) {
+      for (int64_t i = 4; i < half; ++i) {
+        for (int64_t j : {th * head_dim + i, th * head_dim + i + half}) {
+          EXPECT_EQ(p[j], x[j]) << be->name() << " element " << j;
+        }
+      }
+    }
+    ASSERT_TRUE(be->RopeFreqFactors(HostTensor(r, T, cols), n_heads, head_dim, n_rot, 1e6f,
+                                    RopeMode::kNeox, factors(rnd)).ok());
+    y_rnd[be == ref_.get() ? 0 : 1] = r;
+    // A factors tensor of the wrong length is refused, naming the op.
+    std::vector<float> y = x;
+    const absl::Status bad = be->RopeFreqFactors(HostTensor(y, T, cols), n_heads, head_dim, n_rot,
+                                                 1e6f, RopeMode::kNeox, factors(short_f));
+    EXPECT_FALSE(bad.ok());
+    EXPECT_NE(bad.message().find("RopeFreqFactors"), std::string_view::npos) << bad;
+  }
+  std::vector<double> bound(x.size());
+  for (int64_t th = 0; th < T * n_heads; ++th) {
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = th * head_dim + i, b = a + half;
+      bound[a] = bound[b] = tol::kRopeRtol * (std::fabs(x[a]) + std::fabs(x[b])) + tol::kAtol;
+    }
+  }
+  Compare("RopeFreqFactors neox heads=3 head_dim=32 n_rot=32 T=5", y_rnd[0], y_rnd[1], bound);
+  ++Cov().cases["RopeFreqFactors"];
+}
+
 TEST_F(BackendOpsTest, GluSiluAndGeluTanh) {
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
     for (int64_t n : {1, 7, 1000, 70000}) {

@@ -52,7 +52,24 @@ absl::Status CpuBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tens
 // x: [T, n_heads * head_dim], rotated in place at the step's positions; pairs as in RopeMode.
 absl::Status CpuBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                               float freq_base, RopeMode mode) {
-  if (absl::Status s = CheckRope("cpu Rope", x, n_heads, head_dim, n_rot); !s.ok()) return s;
+  return RopeImpl("cpu Rope", x, n_heads, head_dim, n_rot, freq_base, mode, nullptr);
+}
+
+// Rope with pair i's frequency divided by factors[i] (in double, before the angle).
+absl::Status CpuBackend::RopeFreqFactors(Tensor x, int64_t n_heads, int64_t head_dim,
+                                         int64_t n_rot, float freq_base, RopeMode mode,
+                                         const Weight& factors) {
+  if (absl::Status s = CheckNormWeight("cpu RopeFreqFactors", &factors, n_rot / 2); !s.ok()) {
+    return s;
+  }
+  return RopeImpl("cpu RopeFreqFactors", x, n_heads, head_dim, n_rot, freq_base, mode,
+                  static_cast<const float*>(factors.data));
+}
+
+absl::Status CpuBackend::RopeImpl(std::string_view op, Tensor x, int64_t n_heads,
+                                  int64_t head_dim, int64_t n_rot, float freq_base, RopeMode mode,
+                                  const float* factors) {
+  if (absl::Status s = CheckRope(op, x, n_heads, head_dim, n_rot); !s.ok()) return s;
   const int64_t T = step().n_tokens();
   const int32_t* pos = step().positions.data();
   const int64_t half = n_rot / 2;
@@ -63,6 +80,7 @@ absl::Status CpuBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64
   for (int64_t i = 0; i < half; ++i) {
     inv_freq[i] = std::pow(double{freq_base}, -2.0 * static_cast<double>(i) /
                                                    static_cast<double>(n_rot));
+    if (factors != nullptr) inv_freq[i] /= double{factors[i]};
   }
   pool_.ParallelFor(T, RowGrain(n_heads * n_rot), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_t(half), sin_t(half);  // [n_rot / 2]
