@@ -86,7 +86,7 @@ absl::Status CudaBackend::CausalConvSilu(Tensor x, const Weight& w, const GdnLay
   ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(20).Mix(x).Mix(w.data).Mix(C).Mix(K)
                                                   .Mix(state.conv).Mix(l.n_slots).Mix(y).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("CausalConvSilu"); }, [&] {
+  return Timed("CausalConvSilu", [] { return std::string("CausalConvSilu"); }, [&] {
     return kernels::LaunchCausalConvSilu(GdnStep(), x.data, static_cast<const float*>(w.data), C,
                                          static_cast<int>(K), state.conv, y.data, stream_);
   });
@@ -105,7 +105,7 @@ absl::Status CudaBackend::GdnGates(Tensor a, Tensor b, const Weight& dt_bias, co
   ASSIGN_OR_RETURN(bool launch, Enter(a.data, OpHash(21).Mix(a).Mix(b).Mix(dt_bias.data)
                                                   .Mix(ssm_a.data).Mix(g).Mix(beta).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("GdnGates"); }, [&] {
+  return Timed("GdnGates", [] { return std::string("GdnGates"); }, [&] {
     return kernels::LaunchGdnGates(a.data, b.data, static_cast<const float*>(dt_bias.data),
                                    static_cast<const float*>(ssm_a.data), a.rows, H, g.data,
                                    beta.data, stream_);
@@ -147,7 +147,7 @@ absl::Status CudaBackend::GatedDeltaRule(Tensor qkv, Tensor g, Tensor beta, cons
   p.dv = static_cast<int>(dv);
   p.tiled_k = l.tiled_k;
   p.eps = eps;
-  return Timed(kOp, [] { return std::string("GatedDeltaRule"); },
+  return Timed("GatedDeltaRule", [] { return std::string("GatedDeltaRule"); },
                [&] { return kernels::LaunchGatedDeltaRule(GdnStep(), p, stream_); });
 }
 
@@ -161,7 +161,7 @@ absl::Status CudaBackend::GatedRmsNorm(Tensor x, const Weight& w, Tensor z, floa
   ASSIGN_OR_RETURN(bool launch,
                    Enter(x.data, OpHash(23).Mix(x).Mix(w.data).Mix(z).Mix(eps).Mix(y).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("GatedRmsNorm"); }, [&] {
+  return Timed("GatedRmsNorm", [] { return std::string("GatedRmsNorm"); }, [&] {
     return kernels::LaunchGatedRmsNorm(x.data, static_cast<const float*>(w.data), z.data, x.rows,
                                        x.cols, eps, y.data, stream_);
   });
@@ -179,7 +179,7 @@ absl::Status CudaBackend::SplitHalves(Tensor x, int64_t m, Tensor a, Tensor b) {
   if (x.size() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(24).Mix(x).Mix(m).Mix(a).Mix(b).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("SplitHalves"); }, [&] {
+  return Timed("SplitHalves", [] { return std::string("SplitHalves"); }, [&] {
     return kernels::LaunchSplitHalves(x.data, x.rows, x.cols / 2, m, a.data, b.data, stream_);
   });
 }
@@ -206,7 +206,7 @@ absl::Status CudaBackend::MoeRoute(Tensor logits, int64_t k, bool normalize, Ten
   ASSIGN_OR_RETURN(bool launch, Enter(logits.data, OpHash(25).Mix(logits).Mix(k).Mix(normalize)
                                                        .Mix(weights).Mix(ids).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("MoeRoute"); }, [&] {
+  return Timed("MoeRoute", [] { return std::string("MoeRoute"); }, [&] {
     return kernels::LaunchMoeRoute(logits.data, T, E, k, normalize, weights.data, ids.data,
                                    stream_);
   });
@@ -240,7 +240,7 @@ absl::Status CudaBackend::MatMulExperts(const Weight& w, int64_t n_expert, Tenso
                                                   .Mix(ids).Mix(y).value()));
   if (!launch) return absl::OkStatus();
   return Timed(
-      kOp,
+      "MatMulExperts",
       [&] {
         return absl::StrFormat("MatMulExperts %s %dx%d", quant::Traits(w.type).name, rpe, w.cols);
       },
@@ -258,7 +258,7 @@ absl::Status CudaBackend::MoeCombine(Tensor y, Tensor weights, Tensor out) {
   ASSIGN_OR_RETURN(bool launch,
                    Enter(y.data, OpHash(27).Mix(y).Mix(weights).Mix(out).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("MoeCombine"); }, [&] {
+  return Timed("MoeCombine", [] { return std::string("MoeCombine"); }, [&] {
     return kernels::LaunchMoeCombine(y.data, weights.data, weights.rows, weights.cols, out.cols,
                                      out.data, stream_);
   });
@@ -270,7 +270,7 @@ absl::Status CudaBackend::SigmoidMul(Tensor x, Tensor g, Tensor out) {
   if (x.size() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(28).Mix(x).Mix(g).Mix(out).value()));
   if (!launch) return absl::OkStatus();
-  return Timed(kOp, [] { return std::string("SigmoidMul"); }, [&] {
+  return Timed("SigmoidMul", [] { return std::string("SigmoidMul"); }, [&] {
     return kernels::LaunchSigmoidMul(x.data, g.data, g.cols, x.rows, x.cols, out.data, stream_);
   });
 }
