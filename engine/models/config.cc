@@ -80,8 +80,9 @@ absl::Status ReadCommonConfig(const gguf::File& f, const std::string& arch, Conf
   ASSIGN_OR_RETURN(c->n_layer, GetInt(f, key("block_count")));
   ASSIGN_OR_RETURN(c->n_head, GetInt(f, key("attention.head_count")));
   if (c->n_layer <= 0 || c->n_layer > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(key("block_count"), " is ", c->n_layer,
-                                                   "; must be in [1, 4096]"));
+    return absl::InvalidArgumentError(absl::StrCat(arch, ": implausible hyperparameters (",
+                                                   key("block_count"), " ", c->n_layer,
+                                                   "; must be in [1, 4096])"));
   }
   // Either may be one value per layer (llama.cpp's get_key_or_arr): Config holds layer 0's, a
   // layer that differs its own (LayerConfig::n_kv_head / n_ff, set below).
