@@ -129,10 +129,22 @@ absl::Status CheckRowOps(Pair& pair, std::mt19937_64& rng, std::vector<Line>& li
       RETURN_IF_ERROR(pair.Begin(RowsStep(pos)));
       std::vector<float> x = Pair::Uniform(rng, T * H * hd, -2.0f, 2.0f);
       ASSIGN_OR_RETURN(auto xb, pair.Upload(x, T, H * hd));
-      RETURN_IF_ERROR(pair.cand().Rope(xb.t[0], H, hd, n_rot, 10000.0f, mode));
-      RETURN_IF_ERROR(pair.ref().Rope(xb.t[1], H, hd, n_rot, 10000.0f, mode));
+      // Every other case with frequency factors (RopeFreqFactors, gemma4's proportional RoPE):
+      // factors in [1, 8], and 1e30 on the last pair (llama.cpp's "leave unrotated").
+      const bool with_ff = (hd + n_rot + (mode == backend::RopeMode::kNeox ? 1 : 0)) % 2 == 1 || hd == 256;
+      if (with_ff) {
+        std::vector<float> ffv = Pair::Uniform(rng, n_rot / 2, 1.0f, 8.0f), ffd;
+        ffv.back() = 1e30f;
+        ASSIGN_OR_RETURN(auto ff, pair.BindValues(Type::F32, 1, n_rot / 2, ffv, &ffd));
+        RETURN_IF_ERROR(pair.cand().RopeFreqFactors(xb.t[0], H, hd, n_rot, 10000.0f, mode, ff.first));
+        RETURN_IF_ERROR(pair.ref().RopeFreqFactors(xb.t[1], H, hd, n_rot, 10000.0f, mode, ff.second));
+      } else {
+        RETURN_IF_ERROR(pair.cand().Rope(xb.t[0], H, hd, n_rot, 10000.0f, mode));
+        RETURN_IF_ERROR(pair.ref().Rope(xb.t[1], H, hd, n_rot, 10000.0f, mode));
+      }
       rope.Case();
       rope.Cover("mode", mode == backend::RopeMode::kNormal ? "normal" : "neox");
+      rope.Cover("freq_factors", with_ff ? "yes" : "no");
       rope.Cover("head_dim/n_rot", absl::StrFormat("%d/%d", hd, n_rot));
       rope.Cover("T", T);
       const int64_t half = n_rot / 2;

@@ -143,7 +143,12 @@ class Pair {
   absl::StatusOr<std::pair<Weight, Weight>> Bind(Type type, int64_t rows, int64_t cols,
                                                  std::mt19937_64& rng, float lo, float hi,
                                                  std::vector<float>* decoded) {
-    std::vector<float> v = Uniform(rng, rows * cols, lo, hi);
+    return BindValues(type, rows, cols, Uniform(rng, rows * cols, lo, hi), decoded);
+  }
+  // A weight of `type` from the given values (rows * cols of them), as Bind.
+  absl::StatusOr<std::pair<Weight, Weight>> BindValues(Type type, int64_t rows, int64_t cols,
+                                                       const std::vector<float>& v,
+                                                       std::vector<float>* decoded) {
     Weight w;
     w.type = type;
     w.rows = rows;

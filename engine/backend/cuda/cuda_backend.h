@@ -75,6 +75,8 @@ class CudaBackend final : public StepBackend {
   absl::Status RmsNorm(Tensor x, const Weight* w, float eps, Tensor y) override;
   absl::Status Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot, float freq_base,
                     RopeMode mode) override;
+  absl::Status RopeFreqFactors(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                               float freq_base, RopeMode mode, const Weight& factors) override;
   absl::Status KvWrite(const KvLayout& layout, Tensor k, Tensor v, KvLayer layer) override;
   absl::Status PagedAttention(Tensor q, const KvLayout& layout, KvLayer layer, int64_t n_head,
                               int64_t n_kv_head, int64_t head_dim, const AttentionParams& p,

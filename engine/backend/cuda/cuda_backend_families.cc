@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_op_hash.h"
 #include "engine/core/status.h"
+#include "kernels/elementwise.h"
 #include "kernels/gdn.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -164,6 +165,27 @@ absl::Status CudaBackend::GatedRmsNorm(Tensor x, const Weight& w, Tensor z, floa
   return Timed("GatedRmsNorm", [] { return std::string("GatedRmsNorm"); }, [&] {
     return kernels::LaunchGatedRmsNorm(x.data, static_cast<const float*>(w.data), z.data, x.rows,
                                        x.cols, eps, y.data, stream_);
+  });
+}
+
+// Gemma 4's proportional RoPE: LaunchRope with the factors (theta_i / factors[i], computed in
+// double as without them; docs/kernels.md "RoPE").
+absl::Status CudaBackend::RopeFreqFactors(Tensor x, int64_t n_heads, int64_t head_dim,
+                                          int64_t n_rot, float freq_base, RopeMode mode,
+                                          const Weight& factors) {
+  constexpr std::string_view kOp = "cuda RopeFreqFactors";
+  RETURN_IF_ERROR(Guard(CheckRope(kOp, x, n_heads, head_dim, n_rot)));
+  RETURN_IF_ERROR(Guard(CheckNormWeight(kOp, &factors, n_rot / 2)));
+  if (x.rows == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(bool launch, Enter(x.data, OpHash(29).Mix(x).Mix(n_heads).Mix(head_dim).Mix(n_rot)
+                                                  .Mix(freq_base).Mix(mode).Mix(factors.data).value()));
+  if (!launch) return absl::OkStatus();
+  const auto kmode = mode == RopeMode::kNormal ? kernels::RopeMode::kNormal : kernels::RopeMode::kNeox;
+  return Timed("RopeFreqFactors", [] { return std::string("RopeFreqFactors"); }, [&] {
+    return kernels::LaunchRope(x.data, d_positions_, x.rows, static_cast<int>(n_heads),
+                               static_cast<int>(head_dim), static_cast<int>(n_rot),
+                               static_cast<double>(freq_base), static_cast<const float*>(factors.data),
+                               kmode, x.data, stream_);
   });
 }
 
