@@ -138,10 +138,17 @@ struct XFrag {
   float isc, sum;             // 2^-e and the chunk's sum, the same in the 4 lanes of the token
 };
 
-LS_DEV void LoadX(const float* xc, int t, XFrag& f) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(xc + 4 * t));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(xc + 16 + 4 * t));
-  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+// This lane's 8 elements of a token's chunk xc: 4t..4t+3 and 16+4t..16+4t+3.
+struct XRaw {
+  float4 a, b;
+};
+LS_DEV XRaw LoadXRaw(const float* xc, int t) {
+  return {__ldg(reinterpret_cast<const float4*>(xc + 4 * t)), __ldg(reinterpret_cast<const float4*>(xc + 16 + 4 * t))};
+}
+
+// The fragments from the raw elements; the 4 lanes of a token (lanes 4g..4g+3) run it together.
+LS_DEV void SplitX(const XRaw& raw, XFrag& f) {
+  const float v[8] = {raw.a.x, raw.a.y, raw.a.z, raw.a.w, raw.b.x, raw.b.y, raw.b.z, raw.b.w};
   float m = 0.f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[i]));
@@ -170,23 +177,23 @@ LS_DEV void LoadX(const float* xc, int t, XFrag& f) {
   }
 }
 
-// Chunk kSub of block b: activation fragments, weight fragments, the MMAs and the scale fmas.
-template <uint32_t kType, int kMR, int kNR, int kSub>
-LS_DEV void OneChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
-                     const float* const (&xrow)[kNR], int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
-  using WT = MmaType<kType>;
-  const int64_t c = b * WT::kCPB + kSub;
-  XFrag xf[kNR];
+LS_DEV void LoadX(const float* xc, int t, XFrag& f) { SplitX(LoadXRaw(xc, t), f); }
+
+// Activation fragments of the kNR n-tiles for one chunk, as the MMA wants them: bh/bl[ni] =
+// h/l registers {k-step 0 reg 0, k-step 0 reg 1, k-step 1 reg 0, k-step 1 reg 1} of token g, and
+// isc/xs[ni][j] = 2^-e and the chunk sum of token 2t + j (the C fragment's columns).
+template <int kNR>
+struct XTile {
+  uint32_t bh[kNR][4], bl[kNR][4];
   float isc[kNR][2], xs[kNR][2];
-#pragma unroll
-  for (int ni = 0; ni < kNR; ++ni) {
-    LoadX(xrow[ni] + 32 * c, t, xf[ni]);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile: computed by lane 4 (2t + j)
-      isc[ni][j] = __shfl_sync(kFull, xf[ni].isc, 8 * t + 4 * j);
-      xs[ni][j] = __shfl_sync(kFull, xf[ni].sum, 8 * t + 4 * j);
-    }
-  }
+};
+
+// Chunk kSub of block b: weight fragments, the MMAs and the scale fmas (the arithmetic that
+// defines the route's bits; both kernels below run exactly this).
+template <uint32_t kType, int kMR, int kNR, int kSub>
+LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
+                      const XTile<kNR>& xt, int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
+  using WT = MmaType<kType>;
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi) {
     RowChunk rc[2];
@@ -203,32 +210,54 @@ LS_DEV void OneChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const type
 #pragma unroll
     for (int ni = 0; ni < kNR; ++ni) {
       float s0[4] = {0.f, 0.f, 0.f, 0.f};
-      Mma(s0, a[0], xf[ni].h[0][0], xf[ni].h[0][1]);
-      Mma(s0, a[0], xf[ni].l[0][0], xf[ni].l[0][1]);
+      Mma(s0, a[0], xt.bh[ni][0], xt.bh[ni][1]);
+      Mma(s0, a[0], xt.bl[ni][0], xt.bl[ni][1]);
       if constexpr (WT::kTwoScales) {
         float s1[4] = {0.f, 0.f, 0.f, 0.f};
-        Mma(s1, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
-        Mma(s1, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
+        Mma(s1, a[1], xt.bh[ni][2], xt.bh[ni][3]);
+        Mma(s1, a[1], xt.bl[ni][2], xt.bl[ni][3]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const RowChunk& r = rc[i / 2];
           float& o = acc[mi][ni][i];
-          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
-          o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], isc[ni][i % 2]), o);
+          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
+          o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], xt.isc[ni][i % 2]), o);
         }
       } else {
-        Mma(s0, a[1], xf[ni].h[1][0], xf[ni].h[1][1]);
-        Mma(s0, a[1], xf[ni].l[1][0], xf[ni].l[1][1]);
+        Mma(s0, a[1], xt.bh[ni][2], xt.bh[ni][3]);
+        Mma(s0, a[1], xt.bl[ni][2], xt.bl[ni][3]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const RowChunk& r = rc[i / 2];
           float& o = acc[mi][ni][i];
-          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[ni][i % 2]), o);
-          if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xs[ni][i % 2], o);
+          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
+          if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xt.xs[ni][i % 2], o);
         }
       }
     }
   }
+}
+
+// K-split kernel: each warp builds its own tokens' fragments (LoadX, shuffles for the columns).
+template <uint32_t kType, int kMR, int kNR, int kSub>
+LS_DEV void OneChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
+                     const float* const (&xrow)[kNR], int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
+  using WT = MmaType<kType>;
+  const int64_t c = b * WT::kCPB + kSub;
+  XTile<kNR> xt;
+#pragma unroll
+  for (int ni = 0; ni < kNR; ++ni) {
+    XFrag f;
+    LoadX(xrow[ni] + 32 * c, t, f);
+    xt.bh[ni][0] = f.h[0][0], xt.bh[ni][1] = f.h[0][1], xt.bh[ni][2] = f.h[1][0], xt.bh[ni][3] = f.h[1][1];
+    xt.bl[ni][0] = f.l[0][0], xt.bl[ni][1] = f.l[0][1], xt.bl[ni][2] = f.l[1][0], xt.bl[ni][3] = f.l[1][1];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile: computed by lane 4 (2t + j)
+      xt.isc[ni][j] = __shfl_sync(kFull, f.isc, 8 * t + 4 * j);
+      xt.xs[ni][j] = __shfl_sync(kFull, f.sum, 8 * t + 4 * j);
+    }
+  }
+  ChunkMath<kType, kMR, kNR, kSub>(wrow, b, hdr, xt, t, bias, acc);
 }
 
 template <uint32_t kType, int kMR, int kNR, int... kSubs>
@@ -282,7 +311,7 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
       for (int h = 0; h < 2; ++h) WT::Header(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
     ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
   }
-  // Segment sums through shared memory, then the fixed tree and the store.
+  // Segment sums through shared memory, then the segment chain and the store.
   constexpr int kAcc = kMR * kNR * 4;
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi)
@@ -296,13 +325,152 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
     float s[kSeg];
 #pragma unroll
     for (int k = 0; k < kSeg; ++k) s[k] = red[(k * kAcc + idx) * 32 + ln];
-    const float v = __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3])),
-                              __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
+    float v = s[0];
+#pragma unroll
+    for (int k = 1; k < kSeg; ++k) v = __fadd_rn(v, s[k]);  // the segment chain (matmul_mma.h)
     const int mi = idx / 4 / kNR, ni = idx / 4 % kNR, i = idx % 4;
     const int64_t r = row0 + 16 * mi + ln / 4 + 8 * (i / 2);
     const int64_t n = tok0 + 8 * ni + 2 * (ln % 4) + (i % 2);
     if (r < rows && n < T) y[n * rows + r] = __fmul_rn(v, w_scale);
   }
+}
+
+// Tiled kernel (large T): 8 warps as 4 (rows) x 2 (tokens), warp tile 32 x 32 (2 m-tiles x 4
+// n-tiles), CTA tile 128 x 64. Each warp runs the 8 K segments in turn: acc from 0 per segment,
+// then tot = acc (segment 0) or tot + acc, the K-split kernel's segment chain. Per chunk the
+// CTA's 256 threads build the fragments of its 64 tokens once (thread = token tid / 4, lane part
+// tid % 4: the same SplitX as the K-split kernel's lanes) into shared memory, double-buffered:
+// the raw loads of chunk c + 1 are issued before chunk c's math, the split after it.
+constexpr int kTM = 2, kTN = 4, kTWM = 4, kTWN = 2;
+constexpr int kTBM = 16 * kTM * kTWM, kTBN = 8 * kTN * kTWN;  // 128 rows, 64 tokens
+static_assert(kTBN * 4 == kSeg * 32, "one staging thread per (token, lane part)");
+
+struct TiledSmem {
+  uint4 h[2][kTBN][4], l[2][kTBN][4];  // [buffer][token][lane part]: bh / bl of XTile
+  float isc[2][kTBN], sum[2][kTBN];
+};
+
+template <uint32_t kType, int kSub>
+LS_DEV void TiledChunk(TiledSmem& sm, const uint8_t* const (&wrow)[kTM][2], int64_t b,
+                       const typename MmaType<kType>::Hdr (&hdr)[kTM][2], const float* xs_row, int st_tok,
+                       int st_t, int64_t nch, int wn, int g, int t, __half2 bias, int64_t& c,
+                       float (&acc)[kTM][kTN][4]) {
+  const int buf = (int)(c & 1);
+  const bool next = c + 1 < nch;
+  XRaw raw;
+  if (next) raw = LoadXRaw(xs_row + 32 * (c + 1), st_t);
+  XTile<kTN> xt;
+#pragma unroll
+  for (int ni = 0; ni < kTN; ++ni) {
+    const int tok = 32 * wn + 8 * ni + g;
+    const uint4 h = sm.h[buf][tok][t], l = sm.l[buf][tok][t];
+    xt.bh[ni][0] = h.x, xt.bh[ni][1] = h.y, xt.bh[ni][2] = h.z, xt.bh[ni][3] = h.w;
+    xt.bl[ni][0] = l.x, xt.bl[ni][1] = l.y, xt.bl[ni][2] = l.z, xt.bl[ni][3] = l.w;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      xt.isc[ni][j] = sm.isc[buf][32 * wn + 8 * ni + 2 * t + j];
+      xt.xs[ni][j] = sm.sum[buf][32 * wn + 8 * ni + 2 * t + j];
+    }
+  }
+  ChunkMath<kType, kTM, kTN, kSub>(wrow, b, hdr, xt, t, bias, acc);
+  if (next) {
+    XFrag f;
+    SplitX(raw, f);
+    sm.h[buf ^ 1][st_tok][st_t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
+    sm.l[buf ^ 1][st_tok][st_t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
+    if (st_t == 0) sm.isc[buf ^ 1][st_tok] = f.isc, sm.sum[buf ^ 1][st_tok] = f.sum;
+  }
+  __syncthreads();
+  ++c;
+}
+
+template <uint32_t kType, int... kSubs>
+LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledSmem& sm, const uint8_t* const (&wrow)[kTM][2],
+                       int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kTM][2], const float* xs_row,
+                       int st_tok, int st_t, int64_t nch, int wn, int g, int t, __half2 bias, int64_t& c,
+                       float (&acc)[kTM][kTN][4]) {
+  (TiledChunk<kType, kSubs>(sm, wrow, b, hdr, xs_row, st_tok, st_t, nch, wn, g, t, bias, c, acc), ...);
+}
+
+template <uint32_t kType>
+__global__ void __launch_bounds__(kSeg * 32)
+MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
+                     const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale) {
+  using WT = MmaType<kType>;
+  __shared__ TiledSmem sm;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wm = warp % kTWM, wn = warp / kTWM;
+  const int64_t row0 = (int64_t)blockIdx.x * kTBM + 16 * kTM * wm, tok0 = (int64_t)blockIdx.y * kTBN;
+  const __half2 bias = __float2half2_rn((float)WT::kBias);
+  const uint8_t* wrow[kTM][2];
+#pragma unroll
+  for (int mi = 0; mi < kTM; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row0 + 16 * mi + g + 8 * h;
+      wrow[mi][h] = w + (r < rows ? r : rows - 1) * row_bytes;
+    }
+  const int st_tok = threadIdx.x / 4, st_t = threadIdx.x % 4;
+  const float* xs_row = x + (tok0 + st_tok < T ? tok0 + st_tok : T - 1) * cols;
+  const int64_t nblk = cols / (32 * WT::kCPB), nch = cols / 32;
+  {
+    XFrag f;
+    LoadX(xs_row, st_t, f);
+    sm.h[0][st_tok][st_t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
+    sm.l[0][st_tok][st_t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
+    if (st_t == 0) sm.isc[0][st_tok] = f.isc, sm.sum[0][st_tok] = f.sum;
+  }
+  __syncthreads();
+  float tot[kTM][kTN][4];
+  int64_t c = 0;
+#pragma unroll 1
+  for (int seg = 0; seg < kSeg; ++seg) {
+    float acc[kTM][kTN][4];
+#pragma unroll
+    for (int mi = 0; mi < kTM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kTN; ++ni)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mi][ni][i] = 0.f;
+    const int64_t b_end = (seg + 1) * nblk / kSeg;
+#pragma unroll 1
+    for (int64_t b = seg * nblk / kSeg; b < b_end; ++b) {
+      typename WT::Hdr hdr[kTM][2];
+#pragma unroll
+      for (int mi = 0; mi < kTM; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) WT::Header(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
+      TiledBlock<kType>(std::make_integer_sequence<int, WT::kCPB>{}, sm, wrow, b, hdr, xs_row, st_tok, st_t, nch,
+                        wn, g, t, bias, c, acc);
+    }
+#pragma unroll
+    for (int mi = 0; mi < kTM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kTN; ++ni)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tot[mi][ni][i] = seg == 0 ? acc[mi][ni][i] : __fadd_rn(tot[mi][ni][i], acc[mi][ni][i]);
+  }
+#pragma unroll
+  for (int mi = 0; mi < kTM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kTN; ++ni)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = row0 + 16 * mi + g + 8 * (i / 2);
+        const int64_t n = tok0 + 32 * wn + 8 * ni + 2 * t + (i % 2);
+        if (r < rows && n < T) y[n * rows + r] = __fmul_rn(tot[mi][ni][i], w_scale);
+      }
+}
+
+template <uint32_t kType>
+cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+                        float w_scale, cudaStream_t stream) {
+  using WT = MmaType<kType>;
+  const int64_t gy = (T + kTBN - 1) / kTBN;
+  if (gy > 65535) return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy);
+  MatmulMmaTiledKernel<kType><<<grid, kSeg * 32, 0, stream>>>(w, rows, cols, cols / WT::kBE * WT::kBB, x, T, y, w_scale);
+  return cudaGetLastError();
 }
 
 template <uint32_t kType, int kMR, int kNR>
@@ -331,12 +499,16 @@ template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k32x8 : MmaConfig::k64x16;
+  // By T, as measured on the H200 (docs/kernels.md run 9): 16x8 up to 8 tokens, 32x16 up to 16,
+  // 64x16 beyond (the tiled kernel was within 15% of it at T = 2048 and far behind below 256).
+  if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k16x8 : (T <= 16 ? MmaConfig::k32x16 : MmaConfig::k64x16);
   switch (cfg) {
     case MmaConfig::k16x8: return LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k32x8: return LaunchCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x16: return LaunchCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k32x16: return LaunchCfg<kType, 2, 2>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, stream);
     default: return cudaErrorInvalidValue;
   }
 }

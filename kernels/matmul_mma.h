@@ -10,7 +10,7 @@
 //       one per 16-element scale),
 //   acc = fma(dl, S * 2^-e, acc)   then, for types with a min (Q4_K), acc = fma(-ml, X, acc)
 // with X the chunk's sum of x in a fixed tree. Chunks go in increasing order within a segment;
-// the 8 segment sums meet in the tree ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)); y = sum * w_scale.
+// the 8 segment sums meet in the chain (((s0+s1)+s2)+...)+s7; y = sum * w_scale.
 // Every term depends only on (row of W, row of x), so every output element has the same bits for
 // any T, any tile configuration and any neighbours. The bits differ from the float route's
 // (kernels/matmul.h), so a type uses one route for every T (MatmulAutoUsesMma).
@@ -25,14 +25,18 @@ namespace lockstep::kernels {
 // True for the weight types the MMA route implements (Q4_K, Q6_K, Q8_0).
 bool MatmulMmaSupportsType(uint32_t type_id);
 
-// Tile configurations (rows x tokens per CTA; 8 warps split K in each). kAutoByT picks by T;
-// the others are forced by the check tool to prove every configuration gives the same bits.
+// Tile configurations: rows x tokens per CTA, 8 warps splitting K (one segment each), or the
+// tiled kernel (each warp all 8 segments in turn, the CTA's activations split once in shared
+// memory). kAutoByT picks by T; the others are forced by the check tool to prove every
+// configuration gives the same bits.
 enum class MmaConfig : int {
   kAutoByT = 0,
   k16x8 = 1,    // 1 m-tile (16 rows) x 1 n-tile (8 tokens)
   k32x8 = 2,    // 2 x 1
   k64x8 = 3,    // 4 x 1
   k64x16 = 4,   // 4 x 2
+  k32x16 = 5,   // 2 x 2
+  kTiled128x64 = 6,  // the tiled kernel: 8 warps split rows and tokens, each runs all 8 segments
 };
 
 // As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,

@@ -22,11 +22,70 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
   (void)tr;
 }
 
+// Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the float route,
+// T in {1, 2, 4, 8, 16, 64, 256, 2048}; sum of single-launch medians, two weight copies.
+void BenchMmaConfigs() {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  struct M { int64_t rows, cols; };
+  const std::vector<M> layer = {{4096, 4096}, {1024, 4096}, {1024, 4096}, {4096, 4096}, {14336, 4096}, {14336, 4096}, {4096, 14336}};
+  const lk::MmaConfig cfgs[6] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64};
+  const char* cfg_names[6] = {"16x8", "32x8", "64x8", "64x16", "32x16", "tiled"};
+  for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K}) {
+    const auto tr = Tr(ty);
+    std::vector<Dev<uint8_t>*> ws[2];
+    int64_t bytes = 0;
+    for (int c = 0; c < 2; ++c)
+      for (const auto& m : layer) {
+        auto* d = new Dev<uint8_t>(m.rows * m.cols / tr.block_size * tr.type_size);
+        FillQuantWeights(*d, ty);
+        ws[c].push_back(d);
+        if (c == 0) bytes += d->n;
+      }
+    std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, float route first\n", tr.name, bytes / 1e6);
+    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s\n", "T", "float", cfg_names[0], cfg_names[1], cfg_names[2], cfg_names[3], cfg_names[4], cfg_names[5]);
+    for (int64_t T : {1, 2, 4, 8, 16, 64, 256, 2048}) {
+      Dev<float> x(T * 14336), y(T * 14336);
+      x.Up(RandVec(T * 14336));
+      double t[7] = {0, 0, 0, 0, 0, 0, 0};
+      const int reps = T <= 64 ? 30 : 5;
+      for (int v = 0; v < 7; ++v) {
+        for (size_t i = 0; i < layer.size(); ++i) {
+          std::vector<float> ts;
+          for (int r = -1; r < reps; ++r) {
+            const auto* w = ws[(r + 2) % 2][i];
+            CK(cudaEventRecord(e0));
+            if (v == 0) CK(lk::LaunchMatmul((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
+            else CK(lk::LaunchMatmulMma((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, cfgs[v - 1], 0));
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r >= 0) ts.push_back(ms);
+          }
+          std::sort(ts.begin(), ts.end());
+          t[v] += ts[ts.size() / 2];
+        }
+      }
+      std::printf("%6" PRId64 " %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f\n", T, t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+      std::fflush(stdout);
+    }
+    for (auto& c : ws)
+      for (auto* d : c) delete d;
+  }
+}
+
 void Bench() {
   // LOCKSTEP_BENCH=decode: only the copy ceiling and the small-T matmuls (T <= 16), with every
   // forced rows-per-lane mapping and the tiled route per matrix.
   const char* mode_env = std::getenv("LOCKSTEP_BENCH");
   const bool decode_only = mode_env != nullptr && std::strcmp(mode_env, "decode") == 0;
+  // LOCKSTEP_BENCH=mma: the MMA route's tile configurations forced, beside the float route.
+  if (mode_env != nullptr && std::strcmp(mode_env, "mma") == 0) {
+    BenchMmaConfigs();
+    return;
+  }
   std::printf("\n== bench (device: ");
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));

@@ -31,7 +31,7 @@ void CheckMatmulMma(bool quick) {
   const std::vector<q::Type> types = {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K};
   const std::vector<int64_t> Ts = quick ? std::vector<int64_t>{1, 2, 9, 33}
                                         : std::vector<int64_t>{1, 2, 3, 7, 8, 9, 17, 33, 64, 100, 256, 2048};
-  const lk::MmaConfig cfgs[4] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16};
+  const lk::MmaConfig cfgs[6] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64};
   std::string type_names;
   int64_t shapes = 0;
   for (q::Type ty : types) {
@@ -103,7 +103,7 @@ void CheckMatmulMma(bool quick) {
   }
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
-  inv->shapes = "configs 16x8/32x8/64x8/64x16 == auto for every (type,shape,T); row t of T-row call == T=1 call";
+  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16 and the tiled 128x64 == auto for every (type,shape,T); row t of T-row call == T=1 call";
 }
 
 }  // namespace lockstep::kernels::check
