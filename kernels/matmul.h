@@ -40,7 +40,10 @@ bool MatmulAutoUsesMma(uint32_t type_id);
 // type_id: ggml type id of W (MatmulSupportsType), else cudaErrorInvalidValue.
 // w:       in, device, [rows, cols / block_size] blocks of type_id (row r at r * row_bytes),
 //          4-byte aligned (16-byte alignment takes the wide-load path).
-// rows:    >= 1. cols: >= 32, a multiple of 32 and of the type's block size.
+// rows:    >= 1. cols: >= 32, a multiple of 32 and of the type's block size; or, for F32, F16
+//          and BF16 only, any cols >= 1 (a column count off the 32-element chunks takes a plain
+//          per-element fma chain over the columns, for every T and every route asked for).
+//          x then needs only 4-byte alignment.
 // x:       in, device, [T, cols] float, 16-byte aligned.
 // T:       >= 1 token rows.
 // y:       out, device, [T, rows] float.

@@ -267,15 +267,38 @@ LS_DEV void ChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* c
   (OneChunk<kType, kMR, kNR, kSubs>(wrow, b, hdr, xrow, t, bias, acc), ...);
 }
 
+// The expert-indexed form of the K-split kernel (LaunchMatmulMmaExperts): ids == nullptr for a
+// plain matmul.
+struct ExpertRows {
+  const int32_t* ids = nullptr;  // [n] expert of (token, rank) row i
+  int64_t n_expert = 0, k = 1;
+  bool x_per_token = false;      // x row i / k, else i
+};
+
 template <uint32_t kType, int kMR, int kNR>
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
-                const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale) {
+                const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
+                ExpertRows ex) {
   using WT = MmaType<kType>;
   static_assert(!(WT::kMin && WT::kTwoScales), "a min term with two scales per chunk is not implemented");
   extern __shared__ float red[];  // [kSeg][kMR * kNR * 4][32]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR, tok0 = (int64_t)blockIdx.y * 8 * kNR;
+  const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR;
+  int64_t tok0 = (int64_t)blockIdx.y * 8 * kNR;
+  if (ex.ids != nullptr) {  // the expert-indexed form: CTA row blockIdx.y is (token, rank) row i
+    const int64_t i = blockIdx.y;
+    const int32_t e = ex.ids[i];
+    x += (ex.x_per_token ? i / ex.k : i) * cols;
+    y += i * rows;
+    tok0 = 0, T = 1;
+    if (e < 0 || e >= ex.n_expert) {  // a NaN row, never a read outside w (moe.h)
+      for (int r = threadIdx.x; r < 16 * kMR; r += kSeg * 32)
+        if (row0 + r < rows) y[row0 + r] = __int_as_float(0x7fc00000);
+      return;
+    }
+    w += (int64_t)e * rows * row_bytes;
+  }
   const int64_t nblk = cols / (32 * WT::kCPB);
   const int64_t b_begin = warp * nblk / kSeg, b_end = (warp + 1) * nblk / kSeg;
   const __half2 bias = __float2half2_rn((float)WT::kBias);
@@ -491,7 +514,7 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   const int64_t gy = (T + 8 * kNR - 1) / (8 * kNR);
   if (gy > 65535) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)((rows + 16 * kMR - 1) / (16 * kMR)), (unsigned)gy);
-  MatmulMmaKernel<kType, kMR, kNR><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale);
+  MatmulMmaKernel<kType, kMR, kNR><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{});
   return cudaGetLastError();
 }
 
@@ -513,7 +536,55 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   }
 }
 
+template <uint32_t kType>
+cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, int64_t cols, const int32_t* ids,
+                               int64_t n, int64_t k, bool x_per_token, const float* x, float* y, cudaStream_t stream) {
+  using WT = MmaType<kType>;
+  const int64_t row_bytes = cols / WT::kBE * WT::kBB;
+  constexpr size_t smem = (size_t)kSeg * 1 * 1 * 4 * 32 * sizeof(float);
+  const int64_t gx = (rpe + 15) / 16;
+  if (gx > 0x7fffffff) return cudaErrorInvalidValue;
+  for (int64_t i0 = 0; i0 < n; i0 += 65535) {  // grid.y <= 65535 rows per launch
+    const int64_t m = n - i0 < 65535 ? n - i0 : 65535;
+    ExpertRows ex;
+    ex.ids = ids + i0, ex.n_expert = n_expert, ex.k = k, ex.x_per_token = x_per_token;
+    // Row i0 + j's x row: (i0 + j) / k per token, so shift x by whole tokens only.
+    const float* xs = x;
+    if (x_per_token) {
+      if (i0 % k != 0) return cudaErrorInvalidValue;  // 65535-row pieces start on a token when k divides them
+      xs += i0 / k * cols;
+    } else {
+      xs += i0 * cols;
+    }
+    MatmulMmaKernel<kType, 1, 1><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
+        w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
+
+cudaError_t LaunchMatmulMmaExperts(uint32_t type_id, const void* w, int64_t n_expert, int64_t rpe, int64_t cols,
+                                   const int32_t* ids, int64_t n, int64_t k, bool x_per_token, const float* x,
+                                   float* y, cudaStream_t stream) {
+  q::TypeTraits tr;
+  if (!MatmulMmaSupportsType(type_id) || !q::LookupType(type_id, &tr)) return cudaErrorInvalidValue;
+  if (w == nullptr || ids == nullptr || x == nullptr || y == nullptr || n_expert < 1 || rpe < 1 || cols < 32 ||
+      cols % 32 != 0 || cols % tr.block_size != 0 || n < 0 || k < 1 || (x_per_token && n % k != 0) ||
+      reinterpret_cast<uintptr_t>(w) % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (n == 0) return cudaSuccess;
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  switch ((q::Type)type_id) {
+    case q::Type::Q4_K: return LaunchExpertsTyped<(uint32_t)q::Type::Q4_K>(wb, n_expert, rpe, cols, ids, n, k, x_per_token, x, y, stream);
+    case q::Type::Q8_0: return LaunchExpertsTyped<(uint32_t)q::Type::Q8_0>(wb, n_expert, rpe, cols, ids, n, k, x_per_token, x, y, stream);
+    case q::Type::Q6_K: return LaunchExpertsTyped<(uint32_t)q::Type::Q6_K>(wb, n_expert, rpe, cols, ids, n, k, x_per_token, x, y, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
 
 bool MatmulMmaSupportsType(uint32_t type_id) {
   switch ((q::Type)type_id) {

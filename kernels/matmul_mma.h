@@ -47,4 +47,12 @@ cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64
                             const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
                             cudaStream_t stream);
 
+// The expert-indexed form (kernels/moe.h LaunchMatmulExperts, which calls it for the types where
+// LaunchMatmul takes this route): y[i, r] = sum_c W_e[r, c] * x[xi, c], e = ids[i], with exactly
+// the bits of LaunchMatmulMma on expert e's slice and that x row (T = 1). An id outside
+// [0, n_expert) gives a NaN row. Shapes and directions as LaunchMatmulExperts; x 16-byte aligned.
+cudaError_t LaunchMatmulMmaExperts(uint32_t type_id, const void* w, int64_t n_expert, int64_t rpe, int64_t cols,
+                                   const int32_t* ids, int64_t n, int64_t k, bool x_per_token, const float* x,
+                                   float* y, cudaStream_t stream);
+
 }  // namespace lockstep::kernels

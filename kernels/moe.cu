@@ -7,6 +7,7 @@
 #include "engine/quant/decode.h"
 #include "engine/quant/types.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_mma.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -208,6 +209,10 @@ cudaError_t LaunchMatmulExperts(uint32_t type_id, const void* w, int64_t n_exper
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
+  // The types LaunchMatmul runs on the MMA route get that route's bits (kernels/matmul_mma.h).
+  if (MatmulAutoUsesMma(type_id)) {
+    return LaunchMatmulMmaExperts(type_id, w, n_expert, rpe, cols, ids, n, k, x_per_token, x, y, stream);
+  }
   const int64_t row_bytes = cols / t.block_size * t.type_size;
   const int64_t gx = (rpe + kExpRows - 1) / kExpRows;
   if (gx > 0x7fffffff) return cudaErrorInvalidValue;

@@ -24,6 +24,7 @@ void CheckMatmul(bool quick) {
     std::vector<std::pair<int64_t, int64_t>> dims = {{1, bs}, {37, bs * 3}, {259, bs == 32 ? 2080 : (bs == 64 ? 2112 : 2304)}};
     if (bs == 32) dims.push_back({130, 800});
     dims.push_back({67, 2048});  // 16-byte aligned rows: the decode route's cp.async fast path
+    if (tr.block_size == 1) dims.push_back({5, 48}), dims.push_back({3, 8});  // the odd-columns route
     for (auto [rows, cols] : dims) {
       ++shapes;
       const std::vector<float> wf = RandVec((size_t)(rows * cols));
@@ -36,8 +37,8 @@ void CheckMatmul(bool quick) {
       }
       const std::vector<float> wd = DequantizeRows(ty, wq, rows * cols);
       Dev<uint8_t> dw = Upload(wq);
-      // The matmul's own decoders vs the host decoders, bitwise.
-      {
+      // The matmul's own decoders vs the host decoders, bitwise (whole chunks only).
+      if (cols % 32 == 0) {
         Dev<float> o(rows * cols);
         o.Poison();
         LAUNCH(lk::LaunchMatmulDecodeWeights((uint32_t)ty, dw.p, rows, cols, o.p, 0));
@@ -114,7 +115,7 @@ void CheckMatmul(bool quick) {
       }
     }
   }
-  acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..2304; T={" + Join(Ts) + "}; bound (cols/8+4)*u*sum|w||x| (float routes)";
+  acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 8..2304 (8, 48: F32/F16/BF16's odd-columns route); T={" + Join(Ts) + "}; bound (cols/8+4)*u*sum|w||x| (float routes)";
   inv->shapes = "float routes decode (auto and forced 1/2/4 rows per lane)==tiled, auto==its route (float or MMA) for every (type,shape,T); row t of T-row call == T=1 call (sampled t), auto and tiled";
   dec->shapes = "matmul chunk decoders == host Dequantize, every type and shape";
 }

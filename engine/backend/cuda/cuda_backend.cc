@@ -405,10 +405,14 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
         "cuda MatMul: weight '%s' has type %s, which the cuda matmul does not implement (F32 F16 "
         "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K IQ4_XS NVFP4)", w.name, quant::Traits(w.type).name)));
   }
-  if (w.cols % 32 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
+  // F32 / F16 / BF16 take any column count (kernels/matmul.h); the quantized types need whole
+  // 32-element chunks and 16-byte aligned activation rows.
+  const bool float_type = w.type == quant::Type::F32 || w.type == quant::Type::F16 || w.type == quant::Type::BF16;
+  if ((w.cols % 32 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) && !(float_type && w.cols % 32 != 0)) {
     return Guard(absl::UnimplementedError(absl::StrFormat(
         "cuda MatMul: weight '%s' has %d columns and x is at %p; the kernel needs a multiple of "
-        "32 columns and 16-byte aligned rows", w.name, w.cols, static_cast<void*>(x.data))));
+        "32 columns and 16-byte aligned rows (any column count for F32, F16, BF16)", w.name, w.cols,
+        static_cast<void*>(x.data))));
   }
   if (x.rows == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(bool launch, Enter(w.data, OpHash(2).Mix(w.data).Mix(x).Mix(y).value()));
