@@ -25,16 +25,6 @@ struct SeqRows {
   int64_t first, last;
 };
 
-absl::Status CheckF32Vector(std::string_view op, std::string_view field, const Weight& w,
-                            int64_t rows, int64_t cols) {
-  if (w.type != quant::Type::F32 || w.rows != rows || w.cols != cols || w.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s ('%s') must be F32 [%d, %d] with data; it is %s [%d, %d]", op, field, w.name,
-        rows, cols, quant::Traits(w.type).name, w.rows, w.cols));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 // y[t, c] = silu(sum_i w[c, i] u[p_t - K + 1 + i, c]); u = the state's K - 1 inputs, then x.

@@ -255,6 +255,16 @@ absl::Status StepBackend::CheckNormWeight(std::string_view op, const Weight* w, 
   return absl::OkStatus();
 }
 
+absl::Status StepBackend::CheckF32Vector(std::string_view op, std::string_view field, const Weight& w,
+                                         int64_t rows, int64_t cols) {
+  if (w.type != quant::Type::F32 || w.rows != rows || w.cols != cols || w.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s ('%s') must be F32 [%d, %d] with data; it is %s [%d, %d]", op, field, w.name,
+        rows, cols, quant::Traits(w.type).name, w.rows, w.cols));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepBackend::CheckRope(std::string_view op, const Tensor& x, int64_t n_heads,
                                     int64_t head_dim, int64_t n_rot) const {
   if (absl::Status s = RequireStep("Rope"); !s.ok()) return s;

@@ -55,6 +55,10 @@ class StepBackend : public Backend {
 
   // RmsNorm's weight: null, or F32 with d columns and data.
   static absl::Status CheckNormWeight(std::string_view op, const Weight* w, int64_t d);
+  // A Gated DeltaNet parameter (conv kernel, dt_bias, ssm_a): F32 [rows, cols] with data; `field`
+  // names it in the error.
+  static absl::Status CheckF32Vector(std::string_view op, std::string_view field, const Weight& w,
+                                     int64_t rows, int64_t cols);
   // Rope's arguments against the step: n_rot even and <= head_dim, x [T, n_heads * head_dim].
   absl::Status CheckRope(std::string_view op, const Tensor& x, int64_t n_heads, int64_t head_dim,
                          int64_t n_rot) const;

@@ -20,16 +20,6 @@ namespace {
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-absl::Status CheckF32Vector(std::string_view op, std::string_view field, const Weight& w,
-                            int64_t rows, int64_t cols) {
-  if (w.type != quant::Type::F32 || w.rows != rows || w.cols != cols || w.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s ('%s') must be F32 [%d, %d] with data; it is %s [%d, %d]", op, field, w.name,
-        rows, cols, quant::Traits(w.type).name, w.rows, w.cols));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 // Work item (sequence s, channel c): its K - 1 history values, then every row in order.

@@ -26,16 +26,6 @@ namespace {
 
 using cuda_internal::OpHash;
 
-absl::Status CheckF32Vector(std::string_view op, std::string_view field, const Weight& w,
-                            int64_t rows, int64_t cols) {
-  if (w.type != quant::Type::F32 || w.rows != rows || w.cols != cols || w.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s ('%s') must be F32 [%d, %d] with data; it is %s [%d, %d]", op, field, w.name,
-        rows, cols, quant::Traits(w.type).name, w.rows, w.cols));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckIds(std::string_view op, const IntTensor& ids, int64_t T, int64_t k) {
   if ((T >= 0 && ids.rows != T) || ids.rows < 0 || ids.cols != k || k < 1 ||
       (ids.size() > 0 && ids.data == nullptr)) {
