@@ -380,7 +380,10 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
       if (s.req.on_token) ReportFromLaw(p, token, s.req.params.top_logprobs, &ev);
     } else {
       // Plain decode, greedy, coupled, and every bonus token: exactly plain decode's draw.
-      ASSIGN_OR_RETURN(sampling::SampledToken t, s.sampler.Sample(row, s.req.seed, position, s.tokens));
+      // The log-softmax over the vocabulary is only for on_token's report: at c = 64 on a
+      // 128k vocabulary it was most of the step's host time (docs/performance.md).
+      ASSIGN_OR_RETURN(sampling::SampledToken t,
+                       s.sampler.Sample(row, s.req.seed, position, s.tokens, s.req.on_token != nullptr));
       token = t.token;
       draft_accepted = i < n_draft && token == s.draft[i];
       ev.logprob = t.logprob;

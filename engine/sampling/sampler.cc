@@ -52,13 +52,15 @@ absl::StatusOr<Sampler> Sampler::Create(SamplingParams params) {
 
 absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits, uint64_t seed,
                                              int64_t position,
-                                             std::span<const int32_t> previous_tokens) const {
+                                             std::span<const int32_t> previous_tokens,
+                                             bool with_logprobs) const {
   if (position < 0) {
     return absl::InvalidArgumentError(absl::StrCat("position must be >= 0, got ", position));
   }
   ASSIGN_OR_RETURN(ProcessedLogits processed, ProcessLogits(params_, logits, previous_tokens));
   SampledToken out;
   out.token = SampleProcessed(processed, seed, static_cast<uint64_t>(position));
+  if (!with_logprobs) return out;
 
   std::vector<double> logprobs;
   if (params_.logprobs_mode == LogprobsMode::kRaw) {

@@ -50,10 +50,12 @@ class Sampler {
 
   // Processes `logits` [n_vocab] with `previous_tokens` (what the penalties count; the caller
   // decides whether that includes the prompt) and draws the token of `position` (>= 0, the
-  // absolute position of the token being generated) under `seed`.
+  // absolute position of the token being generated) under `seed`. with_logprobs = false skips
+  // the log-softmax over the vocabulary (logprob 0, no top_logprobs) for a caller that reports
+  // neither; the token is the same either way.
   absl::StatusOr<SampledToken> Sample(std::span<const float> logits, uint64_t seed,
-                                      int64_t position,
-                                      std::span<const int32_t> previous_tokens) const;
+                                      int64_t position, std::span<const int32_t> previous_tokens,
+                                      bool with_logprobs = true) const;
 
   // The law Sample() draws from: [n_vocab] probabilities, softmax of the processed logits over
   // the kept set (double), 0 elsewhere; one-hot on the greedy token when temperature == 0.

@@ -290,6 +290,29 @@ TEST(Logprobs, RawModeIsTheLogSoftmaxOfTheModelRow) {
   EXPECT_EQ(t.logprob, t.top_logprobs[0].logprob);
 }
 
+TEST(Logprobs, SkippingThemDrawsTheSameTokens) {
+  // with_logprobs = false (the engine's call when nobody reports logprobs) must not change the
+  // draw: same token for every seed and position, greedy and sampled, and nothing reported.
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_p = 0.9f;
+    p.top_logprobs = 2;
+    Sampler s = *Sampler::Create(p);
+    const std::vector<float> logits = {0.5f, 2.0f, 1.5f, -1.0f, 2.0f, 0.25f};
+    for (uint64_t seed : {1u, 7u}) {
+      for (int64_t pos = 0; pos < 64; ++pos) {
+        const SampledToken with = *s.Sample(logits, seed, pos, {});
+        const SampledToken without = *s.Sample(logits, seed, pos, {}, /*with_logprobs=*/false);
+        ASSERT_EQ(with.token, without.token) << "T " << temperature << " seed " << seed << " pos " << pos;
+        EXPECT_EQ(without.logprob, 0.0);
+        EXPECT_TRUE(without.top_logprobs.empty());
+        EXPECT_FALSE(with.top_logprobs.empty());  // one entry when greedy (a one-hot law), two sampled
+      }
+    }
+  }
+}
+
 TEST(Logprobs, TopLogprobsRanksByValueThenId) {
   const std::vector<double> lp = {-1.0, -0.5, -kInf, -0.5, -2.0};
   const std::vector<TokenLogprob> top = TopLogprobs(lp, 10);
