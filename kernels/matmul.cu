@@ -19,6 +19,7 @@
 
 #include "engine/quant/types.h"
 #include "kernels/matmul_mma.h"
+#include "kernels/matmul_odd_cols.h"
 #include "kernels/matmul_weights.cuh"
 
 namespace lockstep::kernels {
@@ -709,35 +710,6 @@ bool ShapeOk(uint32_t type_id, int64_t rows, int64_t cols) {
   return rows >= 1 && cols >= kChunk && cols % kChunk == 0 && cols % t.block_size == 0;
 }
 
-// The float types with a column count off the 32-element chunks (small projections of tiny
-// models: 8, 48): one thread per output element, y = (fma chain over c = 0..cols-1 in increasing
-// order from 0) * w_scale. The order depends on cols alone, so T cannot change it; this is the
-// route for such shapes, whatever route is asked for (matmul.h).
-bool OddColsFloat(uint32_t type_id, int64_t cols) {
-  const auto ty = (q::Type)type_id;
-  return cols >= 1 && cols % kChunk != 0 && (ty == q::Type::F32 || ty == q::Type::F16 || ty == q::Type::BF16);
-}
-
-__global__ void MatmulOddColsKernel(uint32_t type_id, const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
-                                    const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale) {
-  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i >= rows * T) return;
-  const int64_t t = i / rows, r = i % rows;
-  const float* xr = x + t * cols;
-  float acc = 0.f;
-  for (int64_t c = 0; c < cols; ++c) {
-    float wv;
-    if (type_id == (uint32_t)q::Type::F32) {
-      wv = reinterpret_cast<const float*>(w)[r * cols + c];
-    } else {
-      const uint16_t h = reinterpret_cast<const uint16_t*>(w)[r * cols + c];
-      wv = type_id == (uint32_t)q::Type::F16 ? q::Fp16ToFp32(h) : __uint_as_float((uint32_t)h << 16);
-    }
-    acc = __fmaf_rn(wv, xr[c], acc);
-  }
-  y[t * rows + r] = __fmul_rn(acc, w_scale);
-}
-
 }  // namespace
 
 bool MatmulSupportsType(uint32_t type_id) {
@@ -766,12 +738,8 @@ bool MatmulAutoUsesMma(uint32_t type_id) {
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                          const float* x, int64_t T, float* y, float w_scale, MatmulRoute route,
                          cudaStream_t stream) {
-  if (MatmulSupportsType(type_id) && OddColsFloat(type_id, cols) && rows >= 1 && T >= 1) {
-    if (w == nullptr || x == nullptr || y == nullptr || reinterpret_cast<uintptr_t>(w) % 4 != 0) return cudaErrorInvalidValue;
-    const int64_t n = rows * T;
-    MatmulOddColsKernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(type_id, static_cast<const uint8_t*>(w), rows,
-                                                                         cols, x, T, y, w_scale);
-    return cudaGetLastError();
+  if (matmul_internal::OddColsFloat(type_id, cols)) {
+    return matmul_internal::LaunchMatmulOddCols(type_id, w, rows, cols, x, T, y, w_scale, stream);
   }
   if (!MatmulSupportsType(type_id) || !ShapeOk(type_id, rows, cols) || T < 1) return cudaErrorInvalidValue;
   if (route == MatmulRoute::kMma || (route == MatmulRoute::kAuto && MatmulAutoUsesMma(type_id))) {
