@@ -209,30 +209,20 @@ LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typ
     }
 #pragma unroll
     for (int ni = 0; ni < kNR; ++ni) {
-      float s0[4] = {0.f, 0.f, 0.f, 0.f};
+      // S over the chunk's two k-steps, or one S per k-step for the two-scale types (Q6_K).
+      float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+      float (&sk1)[4] = WT::kTwoScales ? s1 : s0;
       Mma(s0, a[0], xt.bh[ni][0], xt.bh[ni][1]);
       Mma(s0, a[0], xt.bl[ni][0], xt.bl[ni][1]);
-      if constexpr (WT::kTwoScales) {
-        float s1[4] = {0.f, 0.f, 0.f, 0.f};
-        Mma(s1, a[1], xt.bh[ni][2], xt.bh[ni][3]);
-        Mma(s1, a[1], xt.bl[ni][2], xt.bl[ni][3]);
+      Mma(sk1, a[1], xt.bh[ni][2], xt.bh[ni][3]);
+      Mma(sk1, a[1], xt.bl[ni][2], xt.bl[ni][3]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const RowChunk& r = rc[i / 2];
-          float& o = acc[mi][ni][i];
-          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
-          o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], xt.isc[ni][i % 2]), o);
-        }
-      } else {
-        Mma(s0, a[1], xt.bh[ni][2], xt.bh[ni][3]);
-        Mma(s0, a[1], xt.bl[ni][2], xt.bl[ni][3]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const RowChunk& r = rc[i / 2];
-          float& o = acc[mi][ni][i];
-          o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
-          if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xt.xs[ni][i % 2], o);
-        }
+      for (int i = 0; i < 4; ++i) {
+        const RowChunk& r = rc[i / 2];
+        float& o = acc[mi][ni][i];
+        o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
+        if constexpr (WT::kTwoScales) o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], xt.isc[ni][i % 2]), o);
+        if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xt.xs[ni][i % 2], o);
       }
     }
   }
@@ -281,7 +271,6 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
                 ExpertRows ex) {
   using WT = MmaType<kType>;
-  static_assert(!(WT::kMin && WT::kTwoScales), "a min term with two scales per chunk is not implemented");
   extern __shared__ float red[];  // [kSeg][kMR * kNR * 4][32]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR;
@@ -544,18 +533,14 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
   constexpr size_t smem = (size_t)kSeg * 1 * 1 * 4 * 32 * sizeof(float);
   const int64_t gx = (rpe + 15) / 16;
   if (gx > 0x7fffffff) return cudaErrorInvalidValue;
-  for (int64_t i0 = 0; i0 < n; i0 += 65535) {  // grid.y <= 65535 rows per launch
-    const int64_t m = n - i0 < 65535 ? n - i0 : 65535;
+  // grid.y <= 65535 rows per launch; with x per token a piece holds whole tokens (k rows each).
+  const int64_t piece = x_per_token ? 65535 / k * k : 65535;
+  for (int64_t i0 = 0; i0 < n; i0 += piece) {
+    const int64_t m = n - i0 < piece ? n - i0 : piece;
     ExpertRows ex;
     ex.ids = ids + i0, ex.n_expert = n_expert, ex.k = k, ex.x_per_token = x_per_token;
-    // Row i0 + j's x row: (i0 + j) / k per token, so shift x by whole tokens only.
     const float* xs = x;
-    if (x_per_token) {
-      if (i0 % k != 0) return cudaErrorInvalidValue;  // 65535-row pieces start on a token when k divides them
-      xs += i0 / k * cols;
-    } else {
-      xs += i0 * cols;
-    }
+    xs += (x_per_token ? i0 / k : i0) * cols;
     MatmulMmaKernel<kType, 1, 1><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
         w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex);
     const cudaError_t e = cudaGetLastError();
