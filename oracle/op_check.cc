@@ -129,9 +129,10 @@ absl::Status CheckRowOps(Pair& pair, std::mt19937_64& rng, std::vector<Line>& li
       RETURN_IF_ERROR(pair.Begin(RowsStep(pos)));
       std::vector<float> x = Pair::Uniform(rng, T * H * hd, -2.0f, 2.0f);
       ASSIGN_OR_RETURN(auto xb, pair.Upload(x, T, H * hd));
-      // Every other case with frequency factors (RopeFreqFactors, gemma4's proportional RoPE):
-      // factors in [1, 8], and 1e30 on the last pair (llama.cpp's "leave unrotated").
-      const bool with_ff = (hd + n_rot + (mode == backend::RopeMode::kNeox ? 1 : 0)) % 2 == 1 || hd == 256;
+      // With frequency factors (RopeFreqFactors, gemma4's proportional RoPE) in every neox case
+      // and the normal-mode 256-dim one: factors in [1, 8], and 1e30 on the last pair
+      // (llama.cpp's "leave unrotated").
+      const bool with_ff = mode == backend::RopeMode::kNeox || hd == 256;
       if (with_ff) {
         std::vector<float> ffv = Pair::Uniform(rng, n_rot / 2, 1.0f, 8.0f), ffd;
         ffv.back() = 1e30f;

@@ -22,7 +22,7 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
   (void)tr;
 }
 
-// Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the float route,
+// Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the auto route,
 // T in {1, 2, 4, 8, 16, 64, 256, 2048}; sum of single-launch medians, two weight copies.
 void BenchMmaConfigs() {
   cudaEvent_t e0, e1;
@@ -43,8 +43,8 @@ void BenchMmaConfigs() {
         ws[c].push_back(d);
         if (c == 0) bytes += d->n;
       }
-    std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, float route first\n", tr.name, bytes / 1e6);
-    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s\n", "T", "float", cfg_names[0], cfg_names[1], cfg_names[2], cfg_names[3], cfg_names[4], cfg_names[5]);
+    std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, the auto route (float or MMA, matmul.h) first\n", tr.name, bytes / 1e6);
+    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s\n", "T", "auto", cfg_names[0], cfg_names[1], cfg_names[2], cfg_names[3], cfg_names[4], cfg_names[5]);
     for (int64_t T : {1, 2, 4, 8, 16, 64, 256, 2048}) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
@@ -281,7 +281,7 @@ void Bench() {
         const double lgb_m = layer_bytes / 1e9;
         int64_t flop_m = 0;
         for (const auto& m : layer) flop_m += 2 * T * m.rows * m.cols;
-        std::printf("  MMA ROUTE layer set    %9.4f ms (sum of single launches)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s  [float route %.4f ms]\n    per matrix:%s\n",
+        std::printf("  MMA ROUTE layer set    %9.4f ms (sum of single launches)  %7.0f GB/s weights = %5.1f%% of wall  %7.2f TFLOP/s  [auto route %.4f ms]\n    per matrix:%s\n",
                     mma_ms, lgb_m / (mma_ms * 1e-3), 100.0 * lgb_m / (mma_ms * 1e-3) / copy_gbs, (double)flop_m / (mma_ms * 1e-3) / 1e12, total_ms, per.c_str());
         auto [hms, hspread] = time_ms([&] {
           CK(lk::LaunchMatmulMma((uint32_t)ty, wh.p, head.rows, head.cols, x.p, T, y.p, 1.0f, lk::MmaConfig::kAutoByT, 0));

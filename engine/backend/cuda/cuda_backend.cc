@@ -408,7 +408,8 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
   // F32 / F16 / BF16 take any column count (kernels/matmul.h); the quantized types need whole
   // 32-element chunks and 16-byte aligned activation rows.
   const bool float_type = w.type == quant::Type::F32 || w.type == quant::Type::F16 || w.type == quant::Type::BF16;
-  if ((w.cols % 32 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) && !(float_type && w.cols % 32 != 0)) {
+  const bool odd_cols = w.cols % 32 != 0;
+  if (odd_cols ? !float_type : reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
     return Guard(absl::UnimplementedError(absl::StrFormat(
         "cuda MatMul: weight '%s' has %d columns and x is at %p; the kernel needs a multiple of "
         "32 columns and 16-byte aligned rows (any column count for F32, F16, BF16)", w.name, w.cols,
