@@ -37,6 +37,7 @@ enum class MmaConfig : int {
   k64x16 = 4,   // 4 x 2
   k32x16 = 5,   // 2 x 2
   kTiled128x64 = 6,  // the tiled kernel: 8 warps split rows and tokens, each runs all 8 segments
+  kStaged16x8 = 7,   // 16x8 with the weights and activations streamed through shared memory (cp.async)
 };
 
 // As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,

@@ -223,4 +223,35 @@ absl::StatusOr<ProcessedLogits> ProcessLogits(const SamplingParams& params,
   return out;
 }
 
+bool PlainGreedy(const SamplingParams& params) {
+  return params.greedy() && params.logit_bias.empty() && params.repetition_penalty == 1.0f &&
+         params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f;
+}
+
+absl::StatusOr<int32_t> PlainGreedyToken(const SamplingParams& params, std::span<const float> logits,
+                                         std::span<const int32_t> previous_tokens) {
+  if (!PlainGreedy(params)) return absl::InvalidArgumentError("PlainGreedyToken: the params process the row");
+  if (logits.empty()) return absl::InvalidArgumentError("logits must not be empty (n_vocab = 0)");
+  RETURN_IF_ERROR(params.ValidateForVocab(static_cast<int32_t>(logits.size())));
+  RETURN_IF_ERROR(CheckTokenIds("previous_tokens", previous_tokens, logits.size()));
+  // ProcessLogits' checks and ArgmaxLowestId over the kept (> -inf) entries; float -> double is
+  // exact, so comparing the floats orders them as the doubles.
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
+      return absl::InvalidArgumentError(absl::StrCat("logits[", i, "] is ", std::isnan(v) ? "NaN" : "+inf",
+                                                     "; a logits row must be finite or -inf"));
+    }
+    if (v > -std::numeric_limits<float>::infinity() && (best < 0 || v > logits[best])) {
+      best = static_cast<int32_t>(i);
+    }
+  }
+  if (best < 0) {
+    return absl::InvalidArgumentError(
+        "no token can be drawn: every logit is -inf after logit_bias (check logit_bias bans)");
+  }
+  return best;
+}
+
 }  // namespace lockstep::sampling

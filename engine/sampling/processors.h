@@ -77,4 +77,13 @@ absl::StatusOr<ProcessedLogits> ProcessLogits(const SamplingParams& params,
                                               std::span<const float> logits,
                                               std::span<const int32_t> previous_tokens);
 
+// True when ProcessLogits would change nothing but drop -inf before a greedy pick: temperature
+// 0, no logit_bias, repetition_penalty 1, presence and frequency penalties 0.
+bool PlainGreedy(const SamplingParams& params);
+
+// ProcessLogits(params, logits, previous_tokens)->greedy_token for PlainGreedy(params), in one
+// pass over the float row without the double copy and the mask (the same token, the same errors).
+absl::StatusOr<int32_t> PlainGreedyToken(const SamplingParams& params, std::span<const float> logits,
+                                         std::span<const int32_t> previous_tokens);
+
 }  // namespace lockstep::sampling

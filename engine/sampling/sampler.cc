@@ -57,8 +57,12 @@ absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits, uint
   if (position < 0) {
     return absl::InvalidArgumentError(absl::StrCat("position must be >= 0, got ", position));
   }
-  ASSIGN_OR_RETURN(ProcessedLogits processed, ProcessLogits(params_, logits, previous_tokens));
   SampledToken out;
+  if (!with_logprobs && PlainGreedy(params_)) {  // the common serving case, one pass (processors.h)
+    ASSIGN_OR_RETURN(out.token, PlainGreedyToken(params_, logits, previous_tokens));
+    return out;
+  }
+  ASSIGN_OR_RETURN(ProcessedLogits processed, ProcessLogits(params_, logits, previous_tokens));
   out.token = SampleProcessed(processed, seed, static_cast<uint64_t>(position));
   if (!with_logprobs) return out;
 

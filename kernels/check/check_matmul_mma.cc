@@ -31,7 +31,7 @@ void CheckMatmulMma(bool quick) {
   const std::vector<q::Type> types = {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K};
   const std::vector<int64_t> Ts = quick ? std::vector<int64_t>{1, 2, 9, 33}
                                         : std::vector<int64_t>{1, 2, 3, 7, 8, 9, 17, 33, 64, 100, 256, 2048};
-  const lk::MmaConfig cfgs[6] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64};
+  const lk::MmaConfig cfgs[7] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8};
   std::string type_names;
   int64_t shapes = 0;
   for (q::Type ty : types) {
@@ -48,7 +48,12 @@ void CheckMatmulMma(bool quick) {
       const std::vector<uint8_t> wq = QuantizeRows(ty, wf);
       const std::vector<float> wd = DequantizeRows(ty, wq, rows * cols);
       const std::vector<float> wm = ChunkMins(ty, wq, rows * cols);
-      Dev<uint8_t> dw = Upload(wq);
+      // Every other shape has its weights 4 bytes past a 16-byte boundary (the staged kernel
+      // copies 16-byte units around each row's span).
+      const size_t woff = shapes % 2 == 0 ? 4 : 0;
+      Dev<uint8_t> dwbuf(wq.size() + woff);
+      CK(cudaMemcpy(dwbuf.p + woff, wq.data(), wq.size(), cudaMemcpyHostToDevice));
+      struct { const uint8_t* p; } dw{dwbuf.p + woff};
       for (int64_t T : Ts) {
         if (T >= 256 && rows * cols > 300000) continue;  // keeps the double reference short
         // Activations spread over magnitudes, so the per-chunk power-of-two scaling is exercised.
@@ -101,9 +106,9 @@ void CheckMatmulMma(bool quick) {
       }
     }
   }
-  acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096; T={" + Join(Ts) +
+  acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096, weights 16-byte aligned or 4 bytes off; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
-  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16 and the tiled 128x64 == auto for every (type,shape,T); row t of T-row call == T=1 call";
+  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T); row t of T-row call == T=1 call";
 }
 
 }  // namespace lockstep::kernels::check

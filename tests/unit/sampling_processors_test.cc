@@ -313,6 +313,54 @@ TEST(Logprobs, SkippingThemDrawsTheSameTokens) {
   }
 }
 
+TEST(PlainGreedy, OnePassTokenAndErrorsEqualProcessLogits) {
+  // PlainGreedyToken (the sampler's path without logprobs) against the full processing on rows
+  // with ties, -inf entries and signed zeros; the same errors for NaN, +inf, an all -inf row and
+  // a previous token outside the vocabulary; params that process the row are not plain.
+  SamplingParams p;
+  p.temperature = 0.0f;
+  ASSERT_TRUE(PlainGreedy(p));
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (int row = 0; row < 500; ++row) {
+    std::vector<float> logits(1 + next() % 40);
+    for (float& v : logits) {
+      const uint32_t r = next() % 10;
+      v = r == 0 ? -kInfF : r == 1 ? -0.0f : r == 2 ? 0.0f : (float)((int)(next() % 7) - 3) * 0.5f;
+    }
+    const absl::StatusOr<ProcessedLogits> full = ProcessLogits(p, logits, {});
+    const absl::StatusOr<int32_t> fast = PlainGreedyToken(p, logits, {});
+    ASSERT_EQ(full.ok(), fast.ok()) << "row " << row;
+    if (full.ok()) {
+      ASSERT_EQ(full->greedy_token, *fast) << "row " << row;
+    } else {
+      ASSERT_EQ(full.status(), fast.status()) << "row " << row;
+    }
+  }
+  const std::vector<std::vector<float>> bad = {{1.0f, std::nanf(""), 2.0f}, {0.5f, kInfF}, {-kInfF, -kInfF}};
+  for (const auto& logits : bad) {
+    const absl::Status a = ProcessLogits(p, logits, {}).status(), b = PlainGreedyToken(p, logits, {}).status();
+    EXPECT_FALSE(b.ok());
+    EXPECT_EQ(a, b);
+  }
+  const std::vector<float> two = {1.0f, 2.0f};
+  const std::vector<int32_t> outside = {5};
+  EXPECT_FALSE(PlainGreedyToken(p, two, outside).ok());
+  EXPECT_EQ(ProcessLogits(p, two, outside).status(), PlainGreedyToken(p, two, outside).status());
+  SamplingParams q = p;
+  q.logit_bias = {{0, 1.0f}};
+  EXPECT_FALSE(PlainGreedy(q));
+  q = p, q.repetition_penalty = 1.1f;
+  EXPECT_FALSE(PlainGreedy(q));
+  q = p, q.presence_penalty = 0.5f;
+  EXPECT_FALSE(PlainGreedy(q));
+  q = p, q.frequency_penalty = 0.5f;
+  EXPECT_FALSE(PlainGreedy(q));
+  q = p, q.temperature = 0.7f;
+  EXPECT_FALSE(PlainGreedy(q));
+  EXPECT_FALSE(PlainGreedyToken(q, two, {}).ok());
+}
+
 TEST(Logprobs, TopLogprobsRanksByValueThenId) {
   const std::vector<double> lp = {-1.0, -0.5, -kInf, -0.5, -2.0};
   const std::vector<TokenLogprob> top = TopLogprobs(lp, 10);
