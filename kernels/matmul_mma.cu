@@ -26,6 +26,7 @@ namespace q = ::lockstep::quant;
 #define LS_DEV __device__ __forceinline__
 
 constexpr int kSeg = 8;  // K segments = warps per CTA
+constexpr int kStChunks = 8;  // chunks of 32 elements per split step / stage: 256 elements for every type
 constexpr unsigned kFull = 0xFFFFFFFFu;
 
 // Where the weight bytes are read from: global memory through the read-only path, or the staged
@@ -269,6 +270,63 @@ LS_DEV void ChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* c
   (OneChunk<kType, kMR, kNR, kSubs>(wrow, b, hdr, xrow, t, bias, acc), ...);
 }
 
+// The split once per (token, chunk) of a step of 8 chunks (small T, one n-tile): lane group g
+// splits items g, g + 8, ... of the tt * nc items into the warp's fragment store, and every chunk
+// of the step then reads its fragments from there (the same values SplitX gives each lane in
+// OneChunk, so the same bits; at T = 1 one split per chunk instead of eight).
+struct SplitStore {
+  static constexpr int kTokStride = kStChunks * 4 + 1;  // uint4 per token (+1: tokens on other banks)
+  uint4* h;     // [tt][kTokStride]: chunk c, lane part t at c * 4 + t
+  uint4* l;
+  float2* sx;   // [tt][kStChunks]: (2^-e, chunk sum)
+  __host__ __device__ static constexpr int Bytes(int tt) { return tt * (2 * kTokStride * 16 + kStChunks * 8); }
+  LS_DEV SplitStore(uint8_t* base, int tt)
+      : h(reinterpret_cast<uint4*>(base)), l(h + tt * kTokStride), sx(reinterpret_cast<float2*>(l + tt * kTokStride)) {}
+};
+
+LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt, int64_t c_first, int nc, int g,
+                      int t) {
+  const int items = tt * nc;
+  __syncwarp();  // the previous step's reads are done
+  for (int it0 = 0; it0 < items; it0 += 8) {  // every lane runs every round: SplitX shuffles
+    const int it = min(it0 + g, items - 1);
+    const int n = it / nc, c = it % nc;
+    XFrag f;
+    LoadX(x + n * cols + 32 * (c_first + c), t, f);
+    if (it0 + g < items) {
+      st.h[n * SplitStore::kTokStride + 4 * c + t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
+      st.l[n * SplitStore::kTokStride + 4 * c + t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
+      if (t == 0) st.sx[n * kStChunks + c] = make_float2(f.isc, f.sum);
+    }
+  }
+  __syncwarp();
+}
+
+// Chunk kSub of block b, its fragments from the store (chunk lc0 + kSub of the step).
+template <uint32_t kType, int kMR, int kSub>
+LS_DEV void StoredChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
+                        const SplitStore& st, int lc0, int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
+  const int lc = lc0 + kSub;
+  XTile<1> xt;
+  const int ng = min(g, tt - 1);
+  const uint4 h = st.h[ng * SplitStore::kTokStride + 4 * lc + t], l = st.l[ng * SplitStore::kTokStride + 4 * lc + t];
+  xt.bh[0][0] = h.x, xt.bh[0][1] = h.y, xt.bh[0][2] = h.z, xt.bh[0][3] = h.w;
+  xt.bl[0][0] = l.x, xt.bl[0][1] = l.y, xt.bl[0][2] = l.z, xt.bl[0][3] = l.w;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile (the C fragment's columns)
+    const float2 v = st.sx[min(2 * t + j, tt - 1) * kStChunks + lc];
+    xt.isc[0][j] = v.x, xt.xs[0][j] = v.y;
+  }
+  ChunkMath<kType, kMR, 1, kSub>(wrow, b, hdr, xt, t, bias, acc);
+}
+
+template <uint32_t kType, int kMR, int... kSubs>
+LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[kMR][2], int64_t b,
+                                const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const SplitStore& st, int lc0,
+                                int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
+  (StoredChunk<kType, kMR, kSubs>(wrow, b, hdr, st, lc0, tt, g, t, bias, acc), ...);
+}
+
 // The expert-indexed form of the K-split kernel (LaunchMatmulMmaExperts): ids == nullptr for a
 // plain matmul.
 struct ExpertRows {
@@ -277,13 +335,14 @@ struct ExpertRows {
   bool x_per_token = false;      // x row i / k, else i
 };
 
-template <uint32_t kType, int kMR, int kNR>
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false>
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
                 ExpertRows ex) {
   using WT = MmaType<kType>;
-  extern __shared__ float red[];  // [kSeg][kMR * kNR * 4][32]
+  static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
+  extern __shared__ __align__(16) float red[];  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR;
   int64_t tok0 = (int64_t)blockIdx.y * 8 * kNR;
@@ -327,16 +386,26 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mi][ni][i] = 0.f;
 
+  constexpr int kAcc = kMR * kNR * 4;
+  const int tt = (int)min((int64_t)8, T - tok0);
+  [[maybe_unused]] const SplitStore st(reinterpret_cast<uint8_t*>(red + kSeg * kAcc * 32) + warp * SplitStore::Bytes(tt), tt);
   for (int64_t b = b_begin; b < b_end; ++b) {
+    [[maybe_unused]] const int lc0 = (int)((b - b_begin) * WT::kCPB % kStChunks);
+    if constexpr (kOnce) {
+      if (lc0 == 0) SplitStep(st, x + tok0 * cols, cols, tt, b * WT::kCPB, (int)min((int64_t)kStChunks, (b_end - b) * WT::kCPB), g, t);
+    }
     typename WT::Hdr hdr[kMR][2];
 #pragma unroll
     for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
-    ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
+    if constexpr (kOnce) {
+      StoredChunksOfBlock<kType, kMR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt, g, t, bias, acc);
+    } else {
+      ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
+    }
   }
   // Segment sums through shared memory, then the segment chain and the store.
-  constexpr int kAcc = kMR * kNR * 4;
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
@@ -494,7 +563,6 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
 // (token, chunk) activation splits are made once each (lane group g takes items g, g + 8, ...)
 // instead of by all 8 lane groups; a CTA walks several 16-row tiles in turn, so a short K segment
 // (cols = 4096: 2 blocks per warp) still keeps the ring full and the grid is one wave.
-constexpr int kStChunks = 8;  // chunks of 32 elements per stage: 256 elements for every type
 
 template <uint32_t kType>
 struct StagedGeom {
@@ -738,17 +806,20 @@ cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const floa
   return cudaGetLastError();
 }
 
-template <uint32_t kType, int kMR, int kNR>
+// kOnce (one n-tile, T <= 4): the activation split once per (token, chunk) in a SplitStore per
+// warp; the bits are those of the split in every lane group.
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false>
 cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
                       float* y, float w_scale, cudaStream_t stream) {
   using WT = MmaType<kType>;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
-  constexpr size_t smem = (size_t)kSeg * kMR * kNR * 4 * 32 * sizeof(float);
-  if constexpr (smem > 48 * 1024) {
+  constexpr size_t red = (size_t)kSeg * kMR * kNR * 4 * 32 * sizeof(float);
+  const size_t smem = red + (kOnce ? (size_t)kSeg * SplitStore::Bytes((int)(T < 8 ? T : 8)) : 0);
+  if constexpr (red > 48 * 1024) {
     static bool attr_set = false;
     if (!attr_set) {
-      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)red);
       if (e != cudaSuccess) return e;
       attr_set = true;
     }
@@ -756,7 +827,7 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   const int64_t gy = (T + 8 * kNR - 1) / (8 * kNR);
   if (gy > 65535) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)((rows + 16 * kMR - 1) / (16 * kMR)), (unsigned)gy);
-  MatmulMmaKernel<kType, kMR, kNR><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{});
+  MatmulMmaKernel<kType, kMR, kNR, kOnce><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{});
   return cudaGetLastError();
 }
 
@@ -768,7 +839,9 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   // 64x16 beyond (the tiled kernel was within 15% of it at T = 2048 and far behind below 256).
   if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k16x8 : (T <= 16 ? MmaConfig::k32x16 : MmaConfig::k64x16);
   switch (cfg) {
-    case MmaConfig::k16x8: return LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k16x8:
+      return T <= 4 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, stream)
+                    : LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k32x8: return LaunchCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x16: return LaunchCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, stream);
@@ -784,7 +857,7 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
                                int64_t n, int64_t k, bool x_per_token, const float* x, float* y, cudaStream_t stream) {
   using WT = MmaType<kType>;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
-  constexpr size_t smem = (size_t)kSeg * 1 * 1 * 4 * 32 * sizeof(float);
+  constexpr size_t smem = (size_t)kSeg * 1 * 1 * 4 * 32 * sizeof(float) + kSeg * SplitStore::Bytes(1);
   const int64_t gx = (rpe + 15) / 16;
   if (gx > 0x7fffffff) return cudaErrorInvalidValue;
   // grid.y <= 65535 rows per launch; with x per token a piece holds whole tokens (k rows each).
@@ -795,7 +868,7 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
     ex.ids = ids + i0, ex.n_expert = n_expert, ex.k = k, ex.x_per_token = x_per_token;
     const float* xs = x;
     xs += (x_per_token ? i0 / k : i0) * cols;
-    MatmulMmaKernel<kType, 1, 1><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
+    MatmulMmaKernel<kType, 1, 1, true><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
         w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
