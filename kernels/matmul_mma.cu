@@ -203,7 +203,9 @@ struct XTile {
 
 // Chunk kSub of block b: weight fragments, the MMAs and the scale fmas (the arithmetic that
 // defines the route's bits; both kernels below run exactly this).
-template <uint32_t kType, int kMR, int kNR, int kSub, class L = GlobalLd>
+// kCols 1: only the C fragment's even columns are computed (T = 1: token 2t + 1 >= 1 is never
+// stored), the others stay 0; the computed ones are exactly those of kCols 2.
+template <uint32_t kType, int kMR, int kNR, int kSub, class L = GlobalLd, int kCols = 2>
 LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
                       const XTile<kNR>& xt, int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
   using WT = MmaType<kType>;
@@ -231,6 +233,7 @@ LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typ
       Mma(sk1, a[1], xt.bl[ni][2], xt.bl[ni][3]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
+        if (kCols == 1 && i % 2 == 1) continue;
         const RowChunk& r = rc[i / 2];
         float& o = acc[mi][ni][i];
         o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
@@ -303,7 +306,7 @@ LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt
 }
 
 // Chunk kSub of block b, its fragments from the store (chunk lc0 + kSub of the step).
-template <uint32_t kType, int kMR, int kSub>
+template <uint32_t kType, int kMR, int kCols, int kSub>
 LS_DEV void StoredChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
                         const SplitStore& st, int lc0, int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
   const int lc = lc0 + kSub;
@@ -317,14 +320,14 @@ LS_DEV void StoredChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const t
     const float2 v = st.sx[min(2 * t + j, tt - 1) * kStChunks + lc];
     xt.isc[0][j] = v.x, xt.xs[0][j] = v.y;
   }
-  ChunkMath<kType, kMR, 1, kSub>(wrow, b, hdr, xt, t, bias, acc);
+  ChunkMath<kType, kMR, 1, kSub, GlobalLd, kCols>(wrow, b, hdr, xt, t, bias, acc);
 }
 
-template <uint32_t kType, int kMR, int... kSubs>
+template <uint32_t kType, int kMR, int kCols, int... kSubs>
 LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[kMR][2], int64_t b,
                                 const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const SplitStore& st, int lc0,
                                 int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
-  (StoredChunk<kType, kMR, kSubs>(wrow, b, hdr, st, lc0, tt, g, t, bias, acc), ...);
+  (StoredChunk<kType, kMR, kCols, kSubs>(wrow, b, hdr, st, lc0, tt, g, t, bias, acc), ...);
 }
 
 // The expert-indexed form of the K-split kernel (LaunchMatmulMmaExperts): ids == nullptr for a
@@ -335,13 +338,14 @@ struct ExpertRows {
   bool x_per_token = false;      // x row i / k, else i
 };
 
-template <uint32_t kType, int kMR, int kNR, bool kOnce = false>
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false>
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
                 ExpertRows ex) {
   using WT = MmaType<kType>;
   static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
+  static_assert(!kT1 || kOnce, "the T = 1 form is a form of the split once");
   extern __shared__ __align__(16) float red[];  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR;
@@ -400,7 +404,8 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
 #pragma unroll
       for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
     if constexpr (kOnce) {
-      StoredChunksOfBlock<kType, kMR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt, g, t, bias, acc);
+      StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt,
+                                                   g, t, bias, acc);
     } else {
       ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
     }
@@ -806,9 +811,10 @@ cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const floa
   return cudaGetLastError();
 }
 
-// kOnce (one n-tile, T <= 4): the activation split once per (token, chunk) in a SplitStore per
-// warp; the bits are those of the split in every lane group.
-template <uint32_t kType, int kMR, int kNR, bool kOnce = false>
+// kOnce (one n-tile, T <= 2): the activation split once per (token, chunk) in a SplitStore per
+// warp; the bits are those of the split in every lane group. kT1: T = 1, the unstored columns of
+// the C fragment not computed.
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false>
 cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
                       float* y, float w_scale, cudaStream_t stream) {
   using WT = MmaType<kType>;
@@ -818,7 +824,7 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   if constexpr (red > 48 * 1024) {
     static bool attr_set = false;
     if (!attr_set) {
-      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce>,
+      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)red);
       if (e != cudaSuccess) return e;
       attr_set = true;
@@ -827,7 +833,7 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   const int64_t gy = (T + 8 * kNR - 1) / (8 * kNR);
   if (gy > 65535) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)((rows + 16 * kMR - 1) / (16 * kMR)), (unsigned)gy);
-  MatmulMmaKernel<kType, kMR, kNR, kOnce><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{});
+  MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{});
   return cudaGetLastError();
 }
 
@@ -840,7 +846,10 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k16x8 : (T <= 16 ? MmaConfig::k32x16 : MmaConfig::k64x16);
   switch (cfg) {
     case MmaConfig::k16x8:
-      return T <= 4 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, stream)
+      // The split once measured 17-21% faster at T = 1, 2-13% at T = 2 and 14% slower for Q4_K
+      // at T = 4 (docs/kernels.md run 12).
+      if (T == 1) return LaunchCfg<kType, 1, 1, true, true>(w, rows, cols, x, T, y, w_scale, stream);
+      return T <= 2 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, stream)
                     : LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k32x8: return LaunchCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
@@ -868,7 +877,7 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
     ex.ids = ids + i0, ex.n_expert = n_expert, ex.k = k, ex.x_per_token = x_per_token;
     const float* xs = x;
     xs += (x_per_token ? i0 / k : i0) * cols;
-    MatmulMmaKernel<kType, 1, 1, true><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
+    MatmulMmaKernel<kType, 1, 1, true, true><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
         w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
