@@ -144,9 +144,6 @@ __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, 
     for (int c = 0; c < kScoreClasses; ++c) a[c] = 0.0f;
     if constexpr (kFast) {
       const uint4* k8 = reinterpret_cast<const uint4*>(krow + (int64_t)kvh * D * 2);
-      // Unrolled so that several 16-byte loads are in flight before their fmas (the chains'
-      // order is unchanged: each class still runs over increasing dims).
-#pragma unroll 8
       for (int g = 0; g < D / 8; ++g) {
         const uint4 w = k8[g];
         const __half2* hw = reinterpret_cast<const __half2*>(&w);
@@ -194,9 +191,7 @@ __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, 
   for (int i = 0; i < kMaxPerLane; ++i) o[i] = 0.0f;
   const int w0 = max(warp * kSubKeys, j0 - base), w1 = min(warp * kSubKeys + kSubKeys - 1, j1 - base);
   const int64_t v_off = (int64_t)kvh * D;
-  // Unrolled by 8 so that 8 keys' V loads are in flight together (each dim's chain still runs
-  // over the keys in key order).
-#pragma unroll 8
+#pragma unroll 2
   for (int kk = w0; kk <= w1; ++kk) {
     const uint8_t* vrow = static_cast<const uint8_t*>(p.v_cache) + slot_s[kk] * v_rb;
     const float pk = ps[kk];
