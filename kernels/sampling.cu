@@ -4,6 +4,7 @@
 #include "kernels/sampling.h"
 
 #include <cfloat>
+#include <climits>
 
 namespace lockstep::kernels {
 namespace {
@@ -79,7 +80,68 @@ __global__ void __launch_bounds__(kThreads) GumbelKernel(const float* __restrict
   if (threadIdx.x == 0) out[r] = si[0];
 }
 
+constexpr int kGreedyThreads = 1024;
+
+// (v, id) beats (bv, bid): a larger value, or the same value at a lower id; bid < 0 is empty.
+__device__ __forceinline__ bool GreedyBetter(float v, int id, float bv, int bid) {
+  return id >= 0 && (bid < 0 || v > bv || (v == bv && id < bid));
+}
+
+__global__ void __launch_bounds__(kGreedyThreads) GreedyKernel(const float* __restrict__ logits,
+                                                               int64_t vocab,
+                                                               int32_t* __restrict__ out) {
+  __shared__ float sv[kGreedyThreads / 32];
+  __shared__ int si[kGreedyThreads / 32], sb[kGreedyThreads / 32];
+  const float* row = logits + (int64_t)blockIdx.x * vocab;
+  float best = 0.f;
+  int bid = -1, bad = INT_MAX;
+  for (int64_t v = threadIdx.x; v < vocab; v += kGreedyThreads) {
+    const float x = __ldg(row + v);
+    if (isnan(x) || x == INFINITY) {
+      bad = min(bad, (int)v);
+    } else if (x > -INFINITY && GreedyBetter(x, (int)v, best, bid)) {
+      best = x, bid = (int)v;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) {
+    const float v2 = __shfl_down_sync(0xFFFFFFFFu, best, o);
+    const int i2 = __shfl_down_sync(0xFFFFFFFFu, bid, o), b2 = __shfl_down_sync(0xFFFFFFFFu, bad, o);
+    if (GreedyBetter(v2, i2, best, bid)) best = v2, bid = i2;
+    bad = min(bad, b2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sv[warp] = best, si[warp] = bid, sb[warp] = bad;
+  __syncthreads();
+  if (warp == 0) {
+    best = sv[lane], bid = si[lane], bad = sb[lane];  // kGreedyThreads / 32 == 32 warps
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) {
+      const float v2 = __shfl_down_sync(0xFFFFFFFFu, best, o);
+      const int i2 = __shfl_down_sync(0xFFFFFFFFu, bid, o), b2 = __shfl_down_sync(0xFFFFFFFFu, bad, o);
+      if (GreedyBetter(v2, i2, best, bid)) best = v2, bid = i2;
+      bad = min(bad, b2);
+    }
+    if (lane == 0) {
+      out[2 * (int64_t)blockIdx.x] = bid;
+      out[2 * (int64_t)blockIdx.x + 1] = bad == INT_MAX ? -1 : bad;
+    }
+  }
+}
+static_assert(kGreedyThreads == 32 * 32, "the second reduction round is one warp over 32 warps");
+
 }  // namespace
+
+cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t vocab, int32_t* out,
+                               cudaStream_t stream) {
+  if (logits == nullptr || out == nullptr || n_rows < 0 || vocab < 1 || vocab > 0x7FFFFFFF ||
+      n_rows > 0x7FFFFFFF) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_rows == 0) return cudaSuccess;
+  GreedyKernel<<<(unsigned)n_rows, kGreedyThreads, 0, stream>>>(logits, vocab, out);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchPhiloxNoise(uint64_t seed, const int64_t* positions, int64_t n_rows,
                               uint32_t token0, int64_t n_tokens, uint32_t stream_tag,

@@ -22,4 +22,12 @@ cudaError_t LaunchGumbelArgmax(const float* logits, int64_t n_rows, int64_t voca
                                double inv_temperature, uint64_t seed, const int64_t* positions,
                                int32_t* out, cudaStream_t stream);
 
+// Greedy decoding on the device (engine/backend/backend.h GreedyTokens): for every row r of
+// logits [n_rows, vocab], out[2r] = the id of the largest finite entry, the lowest id among
+// equal ones (-1: none is finite), and out[2r + 1] = the lowest id holding a NaN or +inf (-1:
+// none) -- what sampling::PlainGreedyToken reads off the same row on the host. Comparisons only:
+// the result does not depend on the reduction tree. out: device, [n_rows, 2] int32.
+cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t vocab, int32_t* out,
+                               cudaStream_t stream);
+
 }  // namespace lockstep::kernels

@@ -12,12 +12,15 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/status.h"
 #include "engine/core/tolerances.h"
 #include "engine/quant/quant.h"
 #include "engine/quant/types.h"
+#include "engine/sampling/processors.h"
+#include "engine/sampling/sampling_params.h"
 #include "oracle/op_check_internal.h"
 
 namespace lockstep::oracle {
@@ -224,6 +227,72 @@ absl::Status CheckRowOps(Pair& pair, std::mt19937_64& rng, std::vector<Line>& li
   return absl::OkStatus();
 }
 
+// GreedyTokens: bitwise against ref, and each row against the host sampler's plain-greedy pick
+// (sampling::PlainGreedyToken, what the engine runs when the row comes to the host): its token
+// when it has one, else the offending id its error names. Rows with many ties, -inf entries, a
+// row of -inf alone, and NaN / +inf at random places.
+absl::Status CheckGreedy(Pair& pair, std::mt19937_64& rng, Line& line) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (int64_t V : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{49152}, int64_t{128256}}) {
+    const int64_t R = Pick(rng, std::vector<int64_t>{1, 3, 17, 64});
+    std::vector<float> x = Pair::Uniform(rng, R * V, -30.0f, 30.0f);
+    std::vector<std::string> kinds(R);
+    for (int64_t r = 0; r < R; ++r) {
+      float* row = x.data() + r * V;
+      auto at = [&] { return std::uniform_int_distribution<int64_t>(0, V - 1)(rng); };
+      switch (r % 6) {
+        case 0: kinds[r] = "plain"; break;
+        case 1:  // integer steps: ties at the top, the lowest id must win
+          for (int64_t i = 0; i < V; ++i) row[i] = std::round(row[i] / 8.0f);
+          kinds[r] = "ties";
+          break;
+        case 2:  // mostly banned
+          for (int64_t i = 0; i < V; ++i) {
+            if (i % 5 != 3) row[i] = -kInf;
+          }
+          kinds[r] = "-inf";
+          break;
+        case 3:
+          for (int64_t i = 0; i < V; ++i) row[i] = -kInf;
+          kinds[r] = "all -inf";
+          break;
+        case 4: row[at()] = std::numeric_limits<float>::quiet_NaN(); row[at()] = kInf; kinds[r] = "nan/inf"; break;
+        default: row[at()] = kInf; kinds[r] = "+inf"; break;
+      }
+    }
+    ASSIGN_OR_RETURN(auto lb, pair.Upload(x, R, V));
+    ASSIGN_OR_RETURN(auto out, UploadInts(pair, std::vector<int32_t>(R * 2, -7), R, 2));
+    RETURN_IF_ERROR(pair.cand().GreedyTokens(lb.t[0], out.t[0]));
+    RETURN_IF_ERROR(pair.ref().GreedyTokens(lb.t[1], out.t[1]));
+    const std::string where = absl::StrFormat("V %d R %d", V, R);
+    ASSIGN_OR_RETURN(auto oc, pair.GetBytes(0, out.t[0].data, R * 2 * 4));
+    ASSIGN_OR_RETURN(auto orf, pair.GetBytes(1, out.t[1].data, R * 2 * 4));
+    line.Bytes(oc, orf, where);
+    std::vector<int32_t> got(R * 2);
+    std::memcpy(got.data(), oc.data(), oc.size());
+    for (int64_t r = 0; r < R; ++r) {
+      const auto host = sampling::PlainGreedyToken(greedy, std::span<const float>(x).subspan(r * V, V), {});
+      const int32_t best = got[2 * r], bad = got[2 * r + 1];
+      const bool agree = host.ok() ? (bad < 0 && best == *host)
+                                   : (bad >= 0 ? absl::StrContains(host.status().message(),
+                                                                   absl::StrFormat("logits[%d] ", bad))
+                                               : best < 0);
+      if (!agree) {
+        line.Fail(absl::StrFormat("%s row %d (%s): backend (%d, %d), host sampler %s", where, r,
+                                  kinds[r], best, bad,
+                                  host.ok() ? absl::StrFormat("token %d", *host) : host.status().ToString()));
+      }
+      line.Cover("rows", kinds[r]);
+    }
+    line.Case();
+    line.Cover("V", V);
+    line.Cover("R", R);
+  }
+  return absl::OkStatus();
+}
+
 std::vector<KvFormat> AllKvFormats() {
   std::vector<KvFormat> v;
   for (uint32_t i = 0; i < static_cast<uint32_t>(quant::kKvFormatCount); ++i) {
@@ -419,7 +488,7 @@ absl::StatusOr<std::vector<OpCheckLine>> CheckBackendOps(Backend& cand, Backend&
   Pair pair(cand, ref);
   std::vector<Line> lines = {Line("Embed"),  Line("MatMul"), Line("RmsNorm"),      Line("Rope"),
                              Line("Glu"),    Line("Add/Scale/Softcap"), Line("GatherRows"),
-                             Line("KvWrite"), Line("PagedAttention")};
+                             Line("KvWrite"), Line("PagedAttention"), Line("GreedyTokens")};
   std::vector<Line> family;  // Gated DeltaNet and MoE (op_check_families.cc)
   for (const std::string& name : FamilyOpNames()) family.emplace_back(name);
   for (int round = 0; round < std::max(options.rounds, 1); ++round) {
@@ -433,6 +502,7 @@ absl::StatusOr<std::vector<OpCheckLine>> CheckBackendOps(Backend& cand, Backend&
     for (int i = 0; i < 5; ++i) lines[2 + i] = std::move(row_lines[i]);
     RETURN_IF_ERROR(CheckKvWrite(pair, rng, lines[7]));
     RETURN_IF_ERROR(CheckAttention(pair, rng, lines[8]));
+    RETURN_IF_ERROR(CheckGreedy(pair, rng, lines[9]));
     RETURN_IF_ERROR(CheckFamilyOps(pair, rng, family));
   }
   for (Line& l : family) lines.push_back(std::move(l));

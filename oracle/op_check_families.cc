@@ -42,21 +42,6 @@ StepMeta SeqStep(const std::vector<int64_t>& lens, const std::vector<int64_t>& s
   return m;
 }
 
-// int32 buffers on both backends: ids of a route.
-struct IntBuf {
-  IntTensor t[2];
-};
-absl::StatusOr<IntBuf> UploadInts(Pair& pair, const std::vector<int32_t>& v, int64_t rows,
-                                  int64_t cols) {
-  IntBuf b;
-  for (int i = 0; i < 2; ++i) {
-    ASSIGN_OR_RETURN(void* p, pair.Raw(i, std::max<int64_t>(rows * cols, 1) * 4));
-    b.t[i] = IntTensor{static_cast<int32_t*>(p), rows, cols};
-    Backend& be = i == 0 ? pair.cand() : pair.ref();
-    RETURN_IF_ERROR(be.Upload(p, v.data(), rows * cols * 4));
-  }
-  return b;
-}
 
 std::vector<uint8_t> AsBytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);

@@ -28,6 +28,7 @@
 namespace lockstep::oracle::op_check_internal {
 
 using backend::Backend;
+using backend::IntTensor;
 using backend::StepMeta;
 using backend::Tensor;
 using backend::Weight;
@@ -180,6 +181,22 @@ class Pair {
   std::vector<void*> owned_[2];
   std::deque<std::vector<uint8_t>> host_;  // weight bytes the ref reads in place
 };
+
+// int32 buffers on both backends (MoE route ids, greedy tokens).
+struct IntBuf {
+  IntTensor t[2];
+};
+inline absl::StatusOr<IntBuf> UploadInts(Pair& pair, const std::vector<int32_t>& v, int64_t rows,
+                                         int64_t cols) {
+  IntBuf b;
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(void* p, pair.Raw(i, std::max<int64_t>(rows * cols, 1) * 4));
+    b.t[i] = IntTensor{static_cast<int32_t*>(p), rows, cols};
+    Backend& be = i == 0 ? pair.cand() : pair.ref();
+    RETURN_IF_ERROR(be.Upload(p, v.data(), rows * cols * 4));
+  }
+  return b;
+}
 
 // A step of T rows of one sequence at the given positions (no KV use).
 inline StepMeta RowsStep(const std::vector<int32_t>& positions, std::vector<int32_t> tokens = {}) {

@@ -7,7 +7,9 @@
 //            and finish reason of the same request run alone;
 //   cache:   a prefix-cache hit and a resumed session yield what a cold prefill yields;
 //   kv:      all of the above with quantized KV formats (each format against itself);
-//   leaks:   after every case, with the caches dropped, every block of the pool is free.
+//   leaks:   after every case, with the caches dropped, every block of the pool is free;
+//   greedy:  a plain greedy request whose tokens the backend picks (GreedyTokens) yields what the
+//            host sampler picks from the same rows.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -164,6 +166,13 @@ void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, co
       if (cases[i].arrival == step) {
         runtime::Request r = cases[i].req;
         r.on_text = [&streamed, i](std::string_view s) { streamed[i] += s; };
+        // A plain greedy request without on_token gets its tokens picked on the backend
+        // (Engine::BackendGreedy); with one, the host sampler picks them from the downloaded
+        // rows. Alone it runs without: the two paths must agree token for token.
+        if (*rc::gen::inRange(0, 2) == 0) {
+          r.on_token = [](const runtime::TokenEvent&) {};
+          if (r.drafter == nullptr && r.params.greedy()) Count("greedy: host sampler vs backend pick");
+        }
         absl::StatusOr<int64_t> id = engine->Submit(std::move(r));
         if (id.ok()) {
           ids[i] = *id;

@@ -228,6 +228,12 @@ class Backend {
   virtual absl::Status Scale(Tensor x, float s, Tensor out) = 0;
   // x = cap * tanh(x / cap), in place.
   virtual absl::Status Softcap(Tensor x, float cap) = 0;
+  // Greedy decoding without the logits leaving the backend (docs/backends.md). For every row r
+  // of logits [R, V]: out[r, 0] = the id of the largest finite entry, the lowest id among equal
+  // ones (-1: none is finite); out[r, 1] = the lowest id holding a NaN or +inf (-1:
+  // none). Exactly what sampling::PlainGreedyToken reads off the same row (comparisons only, so
+  // the same bits on every backend). out: [R, 2].
+  virtual absl::Status GreedyTokens(Tensor logits, IntTensor out) = 0;
 
   // ---- RoPE with frequency factors (gemma4's proportional RoPE; docs/models.md) ----
   // Rope with theta_i = pos * freq_base^(-2i / n_rot) / factors[i], as ggml_rope_ext with

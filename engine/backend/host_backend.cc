@@ -1,5 +1,6 @@
 #include "engine/backend/host_backend.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -68,6 +69,27 @@ absl::StatusOr<Weight> HostBackend::BindWeight(const Weight& host) {
         absl::StrFormat("%s: weight '%s' has no data", name(), host.name));
   }
   return host;
+}
+
+absl::Status HostBackend::GreedyTokens(Tensor logits, IntTensor out) {
+  if (absl::Status s = CheckGreedyTokens(std::string(name()) + " GreedyTokens", logits, out); !s.ok()) {
+    return s;
+  }
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const float* row = logits.data + r * logits.cols;
+    int32_t best = -1, bad = -1;
+    for (int64_t i = 0; i < logits.cols; ++i) {
+      const float v = row[i];
+      if (std::isnan(v) || v == INFINITY) {
+        if (bad < 0) bad = static_cast<int32_t>(i);
+        continue;
+      }
+      if (v > -INFINITY && (best < 0 || v > row[best])) best = static_cast<int32_t>(i);
+    }
+    out.data[2 * r] = best;
+    out.data[2 * r + 1] = bad;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::backend

@@ -29,6 +29,8 @@ class HostBackend : public StepBackend {
   absl::Status Copy(void* dst, const void* src, int64_t bytes) override;
   absl::StatusOr<Weight> BindWeight(const Weight& host) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  // One scalar pass per row (ref and cpu alike: comparisons only, nothing to reorder).
+  absl::Status GreedyTokens(Tensor logits, IntTensor out) override;
 
  private:
   absl::flat_hash_set<void*> allocations_;

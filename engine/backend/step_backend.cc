@@ -245,6 +245,23 @@ absl::Status StepBackend::CheckGatherRows(const Tensor& x, const Tensor& out) co
   return CheckTensor(op, "out", out, static_cast<int64_t>(step_.output_rows.size()), x.cols);
 }
 
+absl::Status StepBackend::CheckGreedyTokens(std::string_view op, const Tensor& logits,
+                                            const IntTensor& out) {
+  if (logits.rows < 0 || logits.cols < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: logits is [%d, %d], want [any, >= 1]", op, logits.rows, logits.cols));
+  }
+  if (absl::Status s = CheckTensor(op, "logits", logits, -1, logits.cols); !s.ok()) return s;
+  if (out.rows != logits.rows || out.cols != 2) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: out is [%d, %d], want [%d, 2]", op,
+                                                      out.rows, out.cols, logits.rows));
+  }
+  if (out.size() > 0 && out.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: out has no data", op));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepBackend::CheckNormWeight(std::string_view op, const Weight* w, int64_t d) {
   if (w == nullptr) return absl::OkStatus();
   if (w->type != quant::Type::F32 || w->cols != d || w->data == nullptr) {

@@ -53,6 +53,10 @@ class StepBackend : public Backend {
   // GatherRows' arguments against the step: x [T, d], out [R, d].
   absl::Status CheckGatherRows(const Tensor& x, const Tensor& out) const;
 
+  // GreedyTokens' arguments: logits [R, V >= 1] with data, out [R, 2] with data (R may be 0).
+  static absl::Status CheckGreedyTokens(std::string_view op, const Tensor& logits,
+                                        const IntTensor& out);
+
   // RmsNorm's weight: null, or F32 with d columns and data.
   static absl::Status CheckNormWeight(std::string_view op, const Weight* w, int64_t d);
   // A Gated DeltaNet parameter (conv kernel, dt_bias, ssm_a): F32 [rows, cols] with data; `field`

@@ -45,7 +45,7 @@ void RegisterBench(CLI::App& app) {
   struct Args {
     std::string model, backend = "cpu", concurrency = "1";
     int threads = 0, prompt_tokens = 64, gen_tokens = 32, reps = 3;
-    bool json = false, profile_ops = false;
+    bool json = false, profile_ops = false, host_greedy = false;
     EngineFlags engine;
   };
   auto args = std::make_shared<Args>();
@@ -62,6 +62,9 @@ void RegisterBench(CLI::App& app) {
   sub->add_flag("--json", args->json, "Print one JSON object");
   sub->add_flag("--profile-ops", args->profile_ops,
                 "cuda: time every op (graphs off); a per-op table on stderr at the end");
+  sub->add_flag("--host-greedy", args->host_greedy,
+                "Pick the greedy tokens on the host from downloaded logits rows instead of on the "
+                "backend (the same tokens; measures what the backend pick saves)");
   AddEngineFlags(sub, args->engine);
   sub->callback([args] {
     LoadedModel m = LoadModel(args->model, false);
@@ -73,6 +76,7 @@ void RegisterBench(CLI::App& app) {
     ThrowIfError(be.status());
     const models::Config& c = m.model->config();
     runtime::EngineOptions eo = ToEngineOptions(args->engine);
+    eo.backend_greedy = !args->host_greedy;
     eo.max_running = *std::max_element(conc.begin(), conc.end());
     eo.max_step_tokens = std::max<int64_t>(eo.max_step_tokens,
                                            int64_t{eo.max_running} * args->prompt_tokens);
@@ -117,7 +121,7 @@ void RegisterBench(CLI::App& app) {
     }
     nlohmann::json out = {{"model", m.path}, {"backend", args->backend}, {"threads", threads},
                           {"isa", (*be)->Describe()}, {"bandwidth_kind", host ? "read" : "device copy"},
-                          {"reps", args->reps}, {"prompt_tokens", args->prompt_tokens},
+                          {"reps", args->reps}, {"greedy_pick", args->host_greedy ? "host" : "backend"}, {"prompt_tokens", args->prompt_tokens},
                           {"gen_tokens", args->gen_tokens}, {"read_bandwidth_GBps", bw_med / 1e9},
                           {"weight_bytes_per_token", wbytes}, {"weight_wall_tok_s", wall},
                           {"prefill_tok_s", rows[0]["prefill_tok_s"]},

@@ -7,7 +7,9 @@
 //   - decoded one row per step in batches of B sequences at random depths (B from --batches),
 //     several steps in a row, so that CUDA graphs are captured and replayed,
 //   - verified as k + 1 rows (speculative verify) in a step shared with decode rows,
-//   - resumed on a prefix held in another sequence's blocks (a prefix-cache hit).
+//   - resumed on a prefix held in another sequence's blocks (a prefix-cache hit);
+// and decoded with the greedy token picked on the backend (StepEntry::greedy), B = 1, 8, 64:
+// each pick must be the argmax of the reference row.
 // Rows are compared through a 64-bit hash of their bytes (and their argmax), so a 128k vocabulary
 // costs no memory. Against a second backend (--versus cpu): teacher-forced greedy over the
 // prompts, top-1 agreement and the logit margin at every flip.

@@ -190,6 +190,7 @@ absl::Status Runner::Init() {
   if (head) {
     ASSIGN_OR_RETURN(ws_.sel, arena_.NewTensor(options_.max_logit_rows, d, "workspace"));
     ASSIGN_OR_RETURN(ws_.logits, arena_.NewTensor(options_.max_logit_rows, w.output.rows, "workspace"));
+    ASSIGN_OR_RETURN(ws_.greedy, arena_.NewIntTensor(options_.max_logit_rows, 2, "workspace"));
   }
   return absl::OkStatus();
 }
@@ -341,8 +342,25 @@ absl::Status Runner::Emit(const DumpFn* dump, int64_t layer, const char* name, T
   return absl::OkStatus();
 }
 
+bool Runner::SupportsGreedy() const {
+  return !pipelined() && model_.weights().output_ids.empty();
+}
+
 absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
-                             const DumpFn* dump) {
+                             const DumpFn* dump, std::vector<int32_t>* greedy) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].greedy) continue;
+    if (!SupportsGreedy()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step entry ", i, " asks for greedy tokens; a ",
+          pipelined() ? "pipelined runner" : "trimmed head", " returns logits rows only"));
+    }
+    if (greedy == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step entry ", i, " asks for greedy tokens and Forward was given no output for them"));
+    }
+  }
+  if (greedy != nullptr) greedy->clear();
   if (pipelined()) {
     if (options_.link->rank() != 0) {
       return absl::FailedPreconditionError("a pipeline's steps are driven on stage 0");
@@ -377,7 +395,7 @@ absl::Status Runner::Forward(std::span<const StepEntry> batch, std::vector<float
   RETURN_IF_ERROR(HiddenRows(batch, meta));
   logits->clear();
   if (R > 0 && model_.weights().output_ids.empty()) {
-    RETURN_IF_ERROR(Head(T, R, logits, dump));
+    RETURN_IF_ERROR(HeadGreedy(batch, T, R, logits, greedy, dump));
   } else if (R > 0) {
     RETURN_IF_ERROR(Head(T, R, &host_logits_, dump));
     PlaceLogits(host_logits_, R, logits);
@@ -420,9 +438,9 @@ absl::Status Runner::HiddenRows(std::span<const StepEntry> batch, const backend:
   return absl::OkStatus();
 }
 
-// The head over the step's logits rows: raw [R, n_out] in host memory (n_out < n_vocab for a
-// trimmed head; PlaceLogits spreads it over the vocabulary).
-absl::Status Runner::Head(int64_t T, int64_t R, std::vector<float>* raw, const DumpFn* dump) {
+// The head over the step's logits rows, left in the workspace: [R, n_out] (n_out < n_vocab for
+// a trimmed head).
+absl::StatusOr<Tensor> Runner::HeadRows(int64_t T, int64_t R, const DumpFn* dump) {
   const Config& c = model_.config();
   const Weights& w = bound_;
   const Tensor x = ws_.x.Rows(0, T);
@@ -433,8 +451,60 @@ absl::Status Runner::Head(int64_t T, int64_t R, std::vector<float>* raw, const D
   RETURN_IF_ERROR(be_.MatMul(w.output, sel, out));
   if (c.final_softcap > 0.0f) RETURN_IF_ERROR(be_.Softcap(out, c.final_softcap));
   RETURN_IF_ERROR(Emit(dump, -1, "result_output", out));
-  raw->resize(R * w.output.rows);
-  return be_.Download(raw->data(), out.data, R * w.output.rows * sizeof(float));
+  return out;
+}
+
+// The head's rows in host memory: raw [R, n_out] (PlaceLogits spreads a trimmed head's over the
+// vocabulary).
+absl::Status Runner::Head(int64_t T, int64_t R, std::vector<float>* raw, const DumpFn* dump) {
+  ASSIGN_OR_RETURN(const Tensor out, HeadRows(T, R, dump));
+  raw->resize(out.size());
+  return be_.Download(raw->data(), out.data, out.size() * sizeof(float));
+}
+
+absl::Status Runner::HeadGreedy(std::span<const StepEntry> batch, int64_t T, int64_t R,
+                                std::vector<float>* logits, std::vector<int32_t>* greedy,
+                                const DumpFn* dump) {
+  ASSIGN_OR_RETURN(const Tensor out, HeadRows(T, R, dump));
+  const backend::IntTensor picks = ws_.greedy.Rows(0, R);
+  RETURN_IF_ERROR(be_.GreedyTokens(out, picks));
+  const int64_t V = out.cols;
+  bool any_greedy = false;
+  for (const StepEntry& e : batch) any_greedy |= e.greedy && e.n_logits > 0;
+  if (!any_greedy) {  // one download of every row
+    logits->resize(R * V);
+    return be_.Download(logits->data(), out.data, R * V * sizeof(float));
+  }
+  host_greedy_.resize(R * 2);
+  RETURN_IF_ERROR(be_.Download(host_greedy_.data(), picks.data, R * 2 * sizeof(int32_t)));
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t n = batch[i].n_logits;
+    if (n == 0) continue;
+    if (!batch[i].greedy) {
+      const size_t base = logits->size();
+      logits->resize(base + n * V);
+      RETURN_IF_ERROR(be_.Download(logits->data() + base, out.data + row * V, n * V * sizeof(float)));
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        const int32_t token = host_greedy_[2 * (row + j)], bad = host_greedy_[2 * (row + j) + 1];
+        if (bad >= 0) {
+          float v = 0.0f;
+          RETURN_IF_ERROR(be_.Download(&v, out.data + (row + j) * V + bad, sizeof(float)));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step entry ", i, ", logits row ", j, ": logits[", bad, "] is ",
+              std::isnan(v) ? "NaN" : "+inf", "; a logits row must be finite or -inf"));
+        }
+        if (token < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step entry ", i, ", logits row ", j, ": no token can be drawn, every logit is -inf"));
+        }
+        greedy->push_back(token);
+      }
+    }
+    row += n;
+  }
+  return absl::OkStatus();
 }
 
 void Runner::PlaceLogits(const std::vector<float>& raw, int64_t R,

@@ -69,6 +69,11 @@ struct StepEntry {
   // When set: receives the final hidden state after the output norm (the LM head's input) of
   // every one of its tokens, [tokens.size(), n_embd] (what an MTP drafter reads; mtp.h).
   std::vector<float>* hidden = nullptr;
+  // When set: its rows come back as greedy tokens (Forward's `greedy`), not as logits rows --
+  // each row's largest finite logit, the lowest id among equal ones, which is what
+  // sampling::PlainGreedyToken picks. The rows never leave the backend (on cuda, 128k floats a
+  // row stay on the device). Only where SupportsGreedy().
+  bool greedy = false;
 };
 
 // Called with each named intermediate ("blk.3.attn_out"): [rows, cols] f32 in host memory.
@@ -89,9 +94,13 @@ class Runner {
 
   // Runs the step. `logits` receives, per entry in order, the rows it asked for
   // ([n_logits, n_vocab]), always over the full vocabulary (a trimmed head's rows
-  // are placed at their token ids, every other logit -inf).
+  // are placed at their token ids, every other logit -inf) -- except the entries with `greedy`
+  // set, whose n_logits greedy tokens go to `greedy` instead (per such entry in order). A greedy
+  // row with a NaN or +inf logit, or no finite one, fails the step naming the entry and the id.
   absl::Status Forward(std::span<const StepEntry> batch, std::vector<float>* logits,
-                       const DumpFn* dump = nullptr);
+                       const DumpFn* dump = nullptr, std::vector<int32_t>* greedy = nullptr);
+  // Whether StepEntry::greedy may be set: an unsplit runner with a full-vocabulary head.
+  bool SupportsGreedy() const;
 
   // Copies every layer's K and V rows of block src into block dst (on every stage).
   absl::Status CopyBlock(int32_t src, int32_t dst);
@@ -124,7 +133,14 @@ class Runner {
   // residual ws_.x, and the head over the logits rows.
   absl::StatusOr<backend::StepMeta> BuildMeta(std::span<const StepEntry> batch) const;
   absl::Status Layers(int64_t T, int64_t first, int64_t last, const DumpFn* dump);
+  absl::StatusOr<backend::Tensor> HeadRows(int64_t T, int64_t R, const DumpFn* dump);
   absl::Status Head(int64_t T, int64_t R, std::vector<float>* raw, const DumpFn* dump);
+  // The full-vocabulary head's rows: greedy entries' tokens to `greedy`, the other entries' rows
+  // to `logits` (GreedyTokens runs on every row of every step, so a step's ops depend on its
+  // shape alone and graphs replay).
+  absl::Status HeadGreedy(std::span<const StepEntry> batch, int64_t T, int64_t R,
+                          std::vector<float>* logits, std::vector<int32_t>* greedy,
+                          const DumpFn* dump);
   absl::Status HiddenRows(std::span<const StepEntry> batch, const backend::StepMeta& meta);
   absl::Status Emit(const DumpFn* dump, int64_t layer, const char* name, backend::Tensor t);
   // Rank 0 of a split: the step cut into micro-batches that flow through the stages.
@@ -148,10 +164,12 @@ class Runner {
   Arena arena_{be_};                     // every allocation, freed after the destructor
   struct Workspace {
     backend::Tensor x, sel, logits;  // the residual [T, d]; the head's rows
+    backend::IntTensor greedy;       // [max_logit_rows, 2] GreedyTokens of the head's rows
     backend::Tensor ple, ple_tmp;    // per-layer inputs [T, n_layer * ple] (gemma4)
     Scratch blocks;                  // what the block builders use (blocks.h)
   } ws_;
   std::vector<float> host_logits_, dump_buf_;
+  std::vector<int32_t> host_greedy_;
   int64_t first_ = 0, last_ = 0;         // this stage's layers
   std::vector<std::string> stage_lines_;
 };

@@ -355,7 +355,13 @@ void Engine::Finish(Sequence& s, std::vector<RequestResult>* out) {
 
 // Samples or verifies the rows of one sequence. logits: [1 + n_draft, n_vocab], row i for
 // position base + 1 + i where base is the pending token's position. Appends what is emitted.
-absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_draft) {
+bool Engine::BackendGreedy(const Sequence& s) const {
+  return options_.backend_greedy && s.req.drafter == nullptr && !s.req.on_token && !options_.on_step_logits &&
+         sampling::PlainGreedy(s.req.params) && runner_->SupportsGreedy();
+}
+
+absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_draft,
+                            std::span<const int32_t> greedy) {
   const int64_t n_vocab = model_.config().n_vocab;
   const int64_t base = static_cast<int64_t>(s.tokens.size()) - 1;
   spec::SpecStats& st = s.result.stats;
@@ -366,12 +372,16 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
   }
   int accepted = 0;
   for (int i = 0; i <= n_draft; ++i) {
-    const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
     const int64_t position = base + 1 + i;
     int32_t token;
     bool draft_accepted = false;
     TokenEvent ev;
-    if (s.req.spec.mode == spec::SpecMode::kReject && i < n_draft) {
+    if (!greedy.empty()) {
+      // Picked on the backend from this row (BackendGreedy): PlainGreedyToken's token.
+      token = greedy[i];
+      draft_accepted = i < n_draft && token == s.draft[i];
+    } else if (s.req.spec.mode == spec::SpecMode::kReject && i < n_draft) {
+      const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
       ASSIGN_OR_RETURN(std::vector<double> p, s.sampler.ProcessedDistribution(row, s.tokens));
       const spec::Verdict v =
           spec::VerifyDraftToken(p, s.draft_full.q[i], s.draft[i], s.req.seed, position);
@@ -379,6 +389,7 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
       draft_accepted = v.accepted;
       if (s.req.on_token) ReportFromLaw(p, token, s.req.params.top_logprobs, &ev);
     } else {
+      const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
       // Plain decode, greedy, coupled, and every bonus token: exactly plain decode's draw.
       // The log-softmax over the vocabulary is only for on_token's report: at c = 64 on a
       // 128k vocabulary it was most of the step's host time (docs/performance.md).
@@ -512,6 +523,7 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
     const Planned& p = plan[i];
     const bool reaches_end = p.start + p.n_feed == static_cast<int64_t>(p.s->tokens.size());
     entries.push_back({p.fed, p.start, p.s->kv.blocks, reaches_end ? 1 + p.n_draft : 0});
+    entries.back().greedy = BackendGreedy(*p.s);
     if (p.s->draft_state != nullptr && p.s->draft_state->WantsHidden()) {
       entries.back().hidden = &hidden[i];
     }
@@ -529,12 +541,13 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
     }
   }
   std::vector<float> logits;
-  RETURN_IF_ERROR(runner_->Forward(entries, &logits));
+  std::vector<int32_t> greedy;
+  RETURN_IF_ERROR(runner_->Forward(entries, &logits, nullptr, &greedy));
   if (options_.on_step_logits) options_.on_step_logits(logits);
   ++stats_.steps;
 
   const int64_t n_vocab = model_.config().n_vocab;
-  int64_t row = 0;
+  int64_t row = 0, greedy_row = 0;  // into logits (rows of n_vocab) and greedy
   for (size_t i = 0; i < plan.size(); ++i) {
     Planned& p = plan[i];
     Sequence& s = *p.s;
@@ -545,6 +558,11 @@ absl::StatusOr<std::vector<RequestResult>> Engine::Step() {
     }
     const int64_t n_rows = entries[i].n_logits;
     if (n_rows == 0) continue;
+    if (entries[i].greedy) {
+      RETURN_IF_ERROR(Verify(s, {}, p.n_draft, std::span<const int32_t>(greedy).subspan(greedy_row, n_rows)));
+      greedy_row += n_rows;
+      continue;
+    }
     RETURN_IF_ERROR(Verify(s, std::span<const float>(logits).subspan(row * n_vocab, n_rows * n_vocab),
                            p.n_draft));
     row += n_rows;

@@ -58,6 +58,10 @@ struct EngineOptions {
   // Called with every step's logits rows as the runner returned them (ci/pp-gate compares them
   // bit for bit between split and unsplit runs).
   std::function<void(std::span<const float>)> on_step_logits;
+  // Plain greedy rows get their token picked on the backend (Engine::BackendGreedy; the same
+  // token). false: every row comes to the host and the sampler picks there (`lockstep bench
+  // --host-greedy`, to measure what the backend pick saves; docs/performance.md).
+  bool backend_greedy = true;
   absl::Status Validate() const;   // names the offending field
 };
 
@@ -155,7 +159,15 @@ class Engine {
   absl::Status ReserveOrMakeRoom(Sequence& s, int64_t n_total);
   bool EvictOneCached();
   void PreemptSeq(Sequence& s);
-  absl::Status Verify(Sequence& s, std::span<const float> logits, int n_draft);
+  // `greedy` (when the entry asked the backend for its greedy tokens, BackendGreedy) holds the
+  // rows' tokens instead of `logits`.
+  absl::Status Verify(Sequence& s, std::span<const float> logits, int n_draft,
+                      std::span<const int32_t> greedy = {});
+  // Whether s's rows may come back as greedy tokens picked on the backend (models::StepEntry::
+  // greedy): plain greedy parameters (sampling::PlainGreedy), no drafter, nobody reading per-token
+  // reports (on_token) or the step's logits (on_step_logits), and a runner that supports it. The
+  // token is the one the host sampler would pick from the same row.
+  bool BackendGreedy(const Sequence& s) const;
   void Finish(Sequence& s, std::vector<RequestResult>* out);
   void ParkSession(Sequence& s);
 

@@ -451,6 +451,11 @@ TEST_F(BackendOpsTest, BadCallsAreErrorsThatNameTheCulprit) {
     ASSERT_TRUE(be->BeginStep(RowsStep({0, 0}, {})).ok());
     expect_error(be->Rope(HostTensor(x, 3, 8), 1, 8, 8, 10000.0f, RopeMode::kNeox), "x is [3, 8]",
                  n);
+    std::vector<int32_t> picks(8, -7);
+    expect_error(be->GreedyTokens(HostTensor(x, 2, 8), backend::IntTensor{picks.data(), 2, 1}),
+                 "out is [2, 1], want [2, 2]", n);
+    expect_error(be->GreedyTokens(HostTensor(x, 2, 0), backend::IntTensor{picks.data(), 2, 2}),
+                 "logits is [2, 0]", n);
   }
   // Ops that read step metadata refuse to run before any step.
   auto fresh = *backend::MakeBackend("cpu", {1});

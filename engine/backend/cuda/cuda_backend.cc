@@ -14,6 +14,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/kv_write.h"
 #include "kernels/matmul.h"
+#include "kernels/sampling.h"
 
 namespace lockstep::backend {
 namespace {
@@ -579,6 +580,16 @@ absl::Status CudaBackend::Softcap(Tensor x, float cap) {
   if (!launch) return absl::OkStatus();
   return Timed("Softcap", [] { return std::string("Softcap"); },
                [&] { return kernels::LaunchSoftcap(x.data, cap, x.size(), x.data, stream_); });
+}
+
+absl::Status CudaBackend::GreedyTokens(Tensor logits, IntTensor out) {
+  RETURN_IF_ERROR(Guard(CheckGreedyTokens("cuda GreedyTokens", logits, out)));
+  if (logits.rows == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(bool launch, Enter(logits.data, OpHash(12).Mix(logits).Mix(out).value()));
+  if (!launch) return absl::OkStatus();
+  return Timed("GreedyTokens", [] { return std::string("GreedyTokens"); }, [&] {
+    return kernels::LaunchGreedyTokens(logits.data, logits.rows, logits.cols, out.data, stream_);
+  });
 }
 
 // ---- registration: linked whole-archive into the binaries that may use it ----

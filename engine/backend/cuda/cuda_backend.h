@@ -86,6 +86,7 @@ class CudaBackend final : public StepBackend {
   absl::Status Add(Tensor a, Tensor b, Tensor out) override;
   absl::Status Scale(Tensor x, float s, Tensor out) override;
   absl::Status Softcap(Tensor x, float cap) override;
+  absl::Status GreedyTokens(Tensor logits, IntTensor out) override;
   // Gated DeltaNet and mixture of experts (cuda_backend_families.cc; kernels/gdn.h, moe.h).
   absl::Status CausalConvSilu(Tensor x, const Weight& w, const GdnLayout& l, GdnLayer state,
                               Tensor y) override;
