@@ -81,36 +81,19 @@ struct MmaType<(uint32_t)q::Type::Q4_K> {
   LS_DEV static void Header(const uint8_t* blk, Hdr& h) {
     h.h0 = L::L32(blk), h.sa = L::L32(blk + 4), h.sb = L::L32(blk + 8), h.sc = L::L32(blk + 12);
   }
-  static constexpr bool kScaleStore = true;
-  // (dl, -ml) of sub-block j.
-  LS_DEV static float2 SubScales(const Hdr& h, int j) {
-    const int sh = 8 * (j & 3);
-    const uint32_t A = (h.sa >> sh) & 0xFFu, B = (h.sb >> sh) & 0xFFu, C = (h.sc >> sh) & 0xFFu;
-    const uint32_t sc = j < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
-    const uint32_t m = j < 4 ? (B & 63u) : ((C >> 4) | ((B >> 2) & 48u));
-    return make_float2(__fmul_rn(H2F(h.h0 & 0xFFFFu), (float)sc), -__fmul_rn(H2F(h.h0 >> 16), (float)m));
-  }
-  // The scale store's (dl, -ml) of sub-blocks j0, j0 + 1, j0 + 4, j0 + 5 of one row's block.
-  template <class L>
-  LS_DEV static void FillScales(const uint8_t* blk, int j0, float2 (&o)[4]) {
-    Hdr h;
-    Header<L>(blk, h);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) o[k] = SubScales(h, j0 + (k & 1) + 4 * (k >> 1));
-  }
-  template <int kSub, class L>
-  LS_DEV static void ChunkW(const uint8_t* blk, int t, uint32_t (&w)[2]) {
-    const uint8_t* qs = blk + 16 + 32 * (kSub / 2) + 4 * t;
-    constexpr int shift = 4 * (kSub & 1);
-    w[0] = (L::L32(qs) >> shift) & 0x0F0F0F0Fu;
-    w[1] = (L::L32(qs + 16) >> shift) & 0x0F0F0F0Fu;
-  }
   template <int kSub, class L>
   LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
-    const float2 s = SubScales(h, kSub);
-    r.dl[0] = r.dl[1] = s.x;
-    r.nml = s.y;
-    ChunkW<kSub, L>(blk, t, r.w);
+    constexpr int sh = 8 * (kSub & 3);
+    const uint32_t A = (h.sa >> sh) & 0xFFu, B = (h.sb >> sh) & 0xFFu, C = (h.sc >> sh) & 0xFFu;
+    const uint32_t sc = kSub < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
+    const uint32_t m = kSub < 4 ? (B & 63u) : ((C >> 4) | ((B >> 2) & 48u));
+    const float dl = __fmul_rn(H2F(h.h0 & 0xFFFFu), (float)sc);
+    r.dl[0] = r.dl[1] = dl;
+    r.nml = -__fmul_rn(H2F(h.h0 >> 16), (float)m);
+    const uint8_t* qs = blk + 16 + 32 * (kSub / 2) + 4 * t;
+    constexpr int shift = 4 * (kSub & 1);
+    r.w[0] = (L::L32(qs) >> shift) & 0x0F0F0F0Fu;
+    r.w[1] = (L::L32(qs + 16) >> shift) & 0x0F0F0F0Fu;
   }
 };
 
@@ -118,7 +101,7 @@ struct MmaType<(uint32_t)q::Type::Q4_K> {
 template <>
 struct MmaType<(uint32_t)q::Type::Q8_0> {
   static constexpr int kBE = 32, kBB = 34, kBias = 1152, kCPB = 1;
-  static constexpr bool kMin = false, kTwoScales = false, kScaleStore = false;
+  static constexpr bool kMin = false, kTwoScales = false;
   struct Hdr { float d; };
   template <class L>
   LS_DEV static void Header(const uint8_t* blk, Hdr& h) { h.d = H2F(L::L16(blk)); }
@@ -144,27 +127,12 @@ struct MmaType<(uint32_t)q::Type::Q6_K> {
 #pragma unroll
     for (int k = 0; k < 8; ++k) h.s[k] = L::L16(blk + 192 + 2 * k);
   }
-  static constexpr bool kScaleStore = true;
-  // (dl of k-step 0, dl of k-step 1) of chunk j from d and the chunk's two scale bytes.
-  LS_DEV static float2 SubScales(float d, uint32_t pair) {
-    return make_float2(__fmul_rn(d, (float)(int8_t)(pair & 0xFFu)), __fmul_rn(d, (float)(int8_t)(pair >> 8)));
-  }
-  template <class L>
-  LS_DEV static void FillScales(const uint8_t* blk, int j0, float2 (&o)[4]) {
-    const float d = H2F(L::L16(blk + 208));
-#pragma unroll
-    for (int k = 0; k < 4; ++k) o[k] = SubScales(d, L::L16(blk + 192 + 2 * (j0 + (k & 1) + 4 * (k >> 1))));
-  }
   template <int kSub, class L>
   LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
-    const float2 s = SubScales(h.d, h.s[kSub]);
-    r.dl[0] = s.x, r.dl[1] = s.y;
-    r.nml = 0.f;
-    ChunkW<kSub, L>(blk, t, r.w);
-  }
-  template <int kSub, class L>
-  LS_DEV static void ChunkW(const uint8_t* blk, int t, uint32_t (&w)[2]) {
     constexpr int j = kSub / 4, r0 = 32 * (kSub % 4);
+    r.dl[0] = __fmul_rn(h.d, (float)(int8_t)(h.s[kSub] & 0xFFu));
+    r.dl[1] = __fmul_rn(h.d, (float)(int8_t)(h.s[kSub] >> 8));
+    r.nml = 0.f;
     const uint8_t* ql = blk + 64 * j + (r0 % 64) + 4 * t;
     const uint8_t* qh = blk + 128 + 32 * j + 4 * t;
     constexpr int lshift = 4 * (r0 / 64), hshift = 2 * (kSub % 4);
@@ -172,7 +140,7 @@ struct MmaType<(uint32_t)q::Type::Q6_K> {
     for (int k = 0; k < 2; ++k) {
       const uint32_t lo = (Ld32Via16<L>(ql + 16 * k) >> lshift) & 0x0F0F0F0Fu;
       const uint32_t hi = (Ld32Via16<L>(qh + 16 * k) >> hshift) & 0x03030303u;
-      w[k] = lo | (hi << 4);
+      r.w[k] = lo | (hi << 4);
     }
   }
 };
@@ -237,25 +205,15 @@ struct XTile {
 // defines the route's bits; both kernels below run exactly this).
 // kCols 1: only the C fragment's even columns are computed (T = 1: token 2t + 1 >= 1 is never
 // stored), the others stay 0; the computed ones are exactly those of kCols 2.
-// kSS (one m-tile): the chunk's scales come from the warp's scale store, sv = the two scale
-// values of rows g and g + 8 (the values Chunk computes), so hdr is not read.
-template <uint32_t kType, int kMR, int kNR, int kSub, class L = GlobalLd, int kCols = 2, bool kSS = false>
+template <uint32_t kType, int kMR, int kNR, int kSub, class L = GlobalLd, int kCols = 2>
 LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
-                      const XTile<kNR>& xt, int t, __half2 bias, float (&acc)[kMR][kNR][4], float4 sv = {}) {
+                      const XTile<kNR>& xt, int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
   using WT = MmaType<kType>;
-  static_assert(!kSS || kMR == 1, "the scale store holds one m-tile");
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi) {
     RowChunk rc[2];
-    if constexpr (kSS) {
-      WT::template ChunkW<kSub, L>(wrow[mi][0] + b * WT::kBB, t, rc[0].w);
-      WT::template ChunkW<kSub, L>(wrow[mi][1] + b * WT::kBB, t, rc[1].w);
-      rc[0].dl[0] = sv.x, rc[0].dl[1] = WT::kTwoScales ? sv.y : sv.x, rc[0].nml = WT::kMin ? sv.y : 0.f;
-      rc[1].dl[0] = sv.z, rc[1].dl[1] = WT::kTwoScales ? sv.w : sv.z, rc[1].nml = WT::kMin ? sv.w : 0.f;
-    } else {
-      WT::template Chunk<kSub, L>(wrow[mi][0] + b * WT::kBB, hdr[mi][0], t, rc[0]);
-      WT::template Chunk<kSub, L>(wrow[mi][1] + b * WT::kBB, hdr[mi][1], t, rc[1]);
-    }
+    WT::template Chunk<kSub, L>(wrow[mi][0] + b * WT::kBB, hdr[mi][0], t, rc[0]);
+    WT::template Chunk<kSub, L>(wrow[mi][1] + b * WT::kBB, hdr[mi][1], t, rc[1]);
     uint32_t a[2][4];  // [k-step]: rows g, g+8 x element pairs (4t, 4t+1), (4t+2, 4t+3)
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
@@ -324,18 +282,15 @@ struct SplitStore {
   uint4* h;     // [tt][kTokStride]: chunk c, lane part t at c * 4 + t
   uint4* l;
   float2* sx;   // [tt][kStChunks]: (2^-e, chunk sum)
-  float4* ss;   // [kStChunks][8]: the block's scales of chunk c, rows g and g + 8 (types with kScaleStore)
-  __host__ __device__ static constexpr int Bytes(int tt) {
-    return tt * (2 * kTokStride * 16 + kStChunks * 8) + kStChunks * 8 * 16;
-  }
+  __host__ __device__ static constexpr int Bytes(int tt) { return tt * (2 * kTokStride * 16 + kStChunks * 8); }
   LS_DEV SplitStore(uint8_t* base, int tt)
-      : h(reinterpret_cast<uint4*>(base)), l(h + tt * kTokStride), sx(reinterpret_cast<float2*>(l + tt * kTokStride)),
-        ss(reinterpret_cast<float4*>(sx + tt * kStChunks)) {}
+      : h(reinterpret_cast<uint4*>(base)), l(h + tt * kTokStride), sx(reinterpret_cast<float2*>(l + tt * kTokStride)) {}
 };
 
 LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt, int64_t c_first, int nc, int g,
                       int t) {
   const int items = tt * nc;
+  __syncwarp();  // the previous step's reads are done
   for (int it0 = 0; it0 < items; it0 += 8) {  // every lane runs every round: SplitX shuffles
     const int it = min(it0 + g, items - 1);
     const int n = it / nc, c = it % nc;
@@ -347,22 +302,7 @@ LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt
       if (t == 0) st.sx[n * kStChunks + c] = make_float2(f.isc, f.sum);
     }
   }
-}
-
-// The scale store of block b (a type with kScaleStore, 8 chunks a block): lane L decodes sub-blocks
-// 2 (L % 2) + {0, 1, 4, 5} of row L / 2 of the tile, once, instead of the 4 lanes of a row group
-// each decoding every chunk's scales of its two rows.
-template <uint32_t kType>
-LS_DEV void FillScaleStore(const SplitStore& st, const uint8_t* w, int64_t row0, int64_t rows, int64_t row_bytes,
-                           int64_t b, int lane) {
-  using WT = MmaType<kType>;
-  const int r = lane / 2, j0 = 2 * (lane % 2);
-  const int64_t rr = row0 + r < rows ? row0 + r : rows - 1;
-  float2 o[4];
-  WT::template FillScales<GlobalLd>(w + rr * row_bytes + b * WT::kBB, j0, o);
-  float2* ss2 = reinterpret_cast<float2*>(st.ss);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) ss2[((j0 + (k & 1) + 4 * (k >> 1)) * 8 + r % 8) * 2 + r / 8] = o[k];
+  __syncwarp();
 }
 
 // Chunk kSub of block b, its fragments from the store (chunk lc0 + kSub of the step).
@@ -380,11 +320,7 @@ LS_DEV void StoredChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const t
     const float2 v = st.sx[min(2 * t + j, tt - 1) * kStChunks + lc];
     xt.isc[0][j] = v.x, xt.xs[0][j] = v.y;
   }
-  if constexpr (MmaType<kType>::kScaleStore && kMR == 1) {
-    ChunkMath<kType, kMR, 1, kSub, GlobalLd, kCols, true>(wrow, b, hdr, xt, t, bias, acc, st.ss[kSub * 8 + g]);
-  } else {
-    ChunkMath<kType, kMR, 1, kSub, GlobalLd, kCols>(wrow, b, hdr, xt, t, bias, acc);
-  }
+  ChunkMath<kType, kMR, 1, kSub, GlobalLd, kCols>(wrow, b, hdr, xt, t, bias, acc);
 }
 
 template <uint32_t kType, int kMR, int kCols, int... kSubs>
@@ -459,23 +395,14 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
   [[maybe_unused]] const SplitStore st(reinterpret_cast<uint8_t*>(red + kSeg * kAcc * 32) + warp * SplitStore::Bytes(tt), tt);
   for (int64_t b = b_begin; b < b_end; ++b) {
     [[maybe_unused]] const int lc0 = (int)((b - b_begin) * WT::kCPB % kStChunks);
-    constexpr bool kSS = kOnce && WT::kScaleStore && kMR == 1;
-    static_assert(!kSS || WT::kCPB == kStChunks, "the scale store holds one block: every block starts a step");
     if constexpr (kOnce) {
-      if (lc0 == 0) {
-        __syncwarp();  // the previous step's reads are done
-        SplitStep(st, x + tok0 * cols, cols, tt, b * WT::kCPB, (int)min((int64_t)kStChunks, (b_end - b) * WT::kCPB), g, t);
-        if constexpr (kSS) FillScaleStore<kType>(st, w, row0, rows, row_bytes, b, lane);
-        __syncwarp();
-      }
+      if (lc0 == 0) SplitStep(st, x + tok0 * cols, cols, tt, b * WT::kCPB, (int)min((int64_t)kStChunks, (b_end - b) * WT::kCPB), g, t);
     }
     typename WT::Hdr hdr[kMR][2];
-    if constexpr (!kSS) {
 #pragma unroll
-      for (int mi = 0; mi < kMR; ++mi)
+    for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
-    }
+      for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
     if constexpr (kOnce) {
       StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt,
                                                    g, t, bias, acc);
