@@ -80,29 +80,21 @@ __global__ void __launch_bounds__(kThreads) GumbelKernel(const float* __restrict
   if (threadIdx.x == 0) out[r] = si[0];
 }
 
-constexpr int kGreedyThreads = 1024;
+constexpr int kGreedyThreads = 256;
+constexpr int kGreedyChunk = 8192;  // logits per CTA of the first pass
 
 // (v, id) beats (bv, bid): a larger value, or the same value at a lower id; bid < 0 is empty.
 __device__ __forceinline__ bool GreedyBetter(float v, int id, float bv, int bid) {
   return id >= 0 && (bid < 0 || v > bv || (v == bv && id < bid));
 }
 
-__global__ void __launch_bounds__(kGreedyThreads) GreedyKernel(const float* __restrict__ logits,
-                                                               int64_t vocab,
-                                                               int32_t* __restrict__ out) {
-  __shared__ float sv[kGreedyThreads / 32];
-  __shared__ int si[kGreedyThreads / 32], sb[kGreedyThreads / 32];
-  const float* row = logits + (int64_t)blockIdx.x * vocab;
-  float best = 0.f;
-  int bid = -1, bad = INT_MAX;
-  for (int64_t v = threadIdx.x; v < vocab; v += kGreedyThreads) {
-    const float x = __ldg(row + v);
-    if (isnan(x) || x == INFINITY) {
-      bad = min(bad, (int)v);
-    } else if (x > -INFINITY && GreedyBetter(x, (int)v, best, bid)) {
-      best = x, bid = (int)v;
-    }
-  }
+struct GreedyPartial {
+  float v;
+  int id, bad;  // bad: the lowest NaN / +inf id, INT_MAX for none
+};
+
+// Reduces one thread's (best, bad) over a warp with shfl_down; lane 0 holds the result.
+__device__ __forceinline__ void GreedyWarp(float& best, int& bid, int& bad) {
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) {
     const float v2 = __shfl_down_sync(0xFFFFFFFFu, best, o);
@@ -110,36 +102,76 @@ __global__ void __launch_bounds__(kGreedyThreads) GreedyKernel(const float* __re
     if (GreedyBetter(v2, i2, best, bid)) best = v2, bid = i2;
     bad = min(bad, b2);
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) sv[warp] = best, si[warp] = bid, sb[warp] = bad;
-  __syncthreads();
-  if (warp == 0) {
-    best = sv[lane], bid = si[lane], bad = sb[lane];  // kGreedyThreads / 32 == 32 warps
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) {
-      const float v2 = __shfl_down_sync(0xFFFFFFFFu, best, o);
-      const int i2 = __shfl_down_sync(0xFFFFFFFFu, bid, o), b2 = __shfl_down_sync(0xFFFFFFFFu, bad, o);
-      if (GreedyBetter(v2, i2, best, bid)) best = v2, bid = i2;
-      bad = min(bad, b2);
-    }
-    if (lane == 0) {
-      out[2 * (int64_t)blockIdx.x] = bid;
-      out[2 * (int64_t)blockIdx.x + 1] = bad == INT_MAX ? -1 : bad;
+}
+
+// Pass 1: CTA (c, r) reduces logits [c * kGreedyChunk, (c + 1) * kGreedyChunk) of row r.
+__global__ void __launch_bounds__(kGreedyThreads) GreedyChunkKernel(const float* __restrict__ logits,
+                                                                    int64_t vocab, int n_chunks,
+                                                                    GreedyPartial* __restrict__ part) {
+  __shared__ GreedyPartial sw[kGreedyThreads / 32];
+  const float* row = logits + (int64_t)blockIdx.y * vocab;
+  const int64_t v0 = (int64_t)blockIdx.x * kGreedyChunk;
+  const int64_t v1 = min(v0 + kGreedyChunk, vocab);
+  float best = 0.f;
+  int bid = -1, bad = INT_MAX;
+  for (int64_t v = v0 + threadIdx.x; v < v1; v += kGreedyThreads) {
+    const float x = __ldg(row + v);
+    if (isnan(x) || x == INFINITY) {
+      bad = min(bad, (int)v);
+    } else if (x > -INFINITY && GreedyBetter(x, (int)v, best, bid)) {
+      best = x, bid = (int)v;
     }
   }
+  GreedyWarp(best, bid, bad);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sw[warp] = {best, bid, bad};
+  __syncthreads();
+  if (warp == 0) {
+    const GreedyPartial q = lane < kGreedyThreads / 32 ? sw[lane] : GreedyPartial{0.f, -1, INT_MAX};
+    best = q.v, bid = q.id, bad = q.bad;
+    GreedyWarp(best, bid, bad);
+    if (lane == 0) part[(int64_t)blockIdx.y * n_chunks + blockIdx.x] = {best, bid, bad};
+  }
 }
-static_assert(kGreedyThreads == 32 * 32, "the second reduction round is one warp over 32 warps");
+
+// Pass 2: one warp per row over its chunks' partials.
+__global__ void GreedyRowKernel(const GreedyPartial* __restrict__ part, int n_chunks,
+                                int32_t* __restrict__ out) {
+  const int64_t r = blockIdx.x;
+  float best = 0.f;
+  int bid = -1, bad = INT_MAX;
+  for (int c = threadIdx.x; c < n_chunks; c += 32) {
+    const GreedyPartial q = part[r * n_chunks + c];
+    if (GreedyBetter(q.v, q.id, best, bid)) best = q.v, bid = q.id;
+    bad = min(bad, q.bad);
+  }
+  GreedyWarp(best, bid, bad);
+  if (threadIdx.x == 0) {
+    out[2 * r] = bid;
+    out[2 * r + 1] = bad == INT_MAX ? -1 : bad;
+  }
+}
 
 }  // namespace
 
-cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t vocab, int32_t* out,
-                               cudaStream_t stream) {
-  if (logits == nullptr || out == nullptr || n_rows < 0 || vocab < 1 || vocab > 0x7FFFFFFF ||
-      n_rows > 0x7FFFFFFF) {
+size_t GreedyTokensWorkspaceBytes(int64_t n_rows, int64_t vocab) {
+  const int64_t chunks = (vocab + kGreedyChunk - 1) / kGreedyChunk;
+  return (size_t)((n_rows < 1 ? 1 : n_rows) * (chunks < 1 ? 1 : chunks)) * sizeof(GreedyPartial);
+}
+
+cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t vocab, void* workspace,
+                               size_t workspace_bytes, int32_t* out, cudaStream_t stream) {
+  if (logits == nullptr || out == nullptr || workspace == nullptr || n_rows < 0 || vocab < 1 ||
+      vocab > 0x7FFFFFFF || n_rows > 65535 ||
+      workspace_bytes < GreedyTokensWorkspaceBytes(n_rows, vocab)) {
     return cudaErrorInvalidValue;
   }
   if (n_rows == 0) return cudaSuccess;
-  GreedyKernel<<<(unsigned)n_rows, kGreedyThreads, 0, stream>>>(logits, vocab, out);
+  const int chunks = (int)((vocab + kGreedyChunk - 1) / kGreedyChunk);
+  auto* part = static_cast<GreedyPartial*>(workspace);
+  GreedyChunkKernel<<<dim3(chunks, (unsigned)n_rows), kGreedyThreads, 0, stream>>>(logits, vocab, chunks, part);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  GreedyRowKernel<<<(unsigned)n_rows, 32, 0, stream>>>(part, chunks, out);
   return cudaGetLastError();
 }
 

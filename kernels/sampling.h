@@ -26,8 +26,11 @@ cudaError_t LaunchGumbelArgmax(const float* logits, int64_t n_rows, int64_t voca
 // logits [n_rows, vocab], out[2r] = the id of the largest finite entry, the lowest id among
 // equal ones (-1: none is finite), and out[2r + 1] = the lowest id holding a NaN or +inf (-1:
 // none) -- what sampling::PlainGreedyToken reads off the same row on the host. Comparisons only:
-// the result does not depend on the reduction tree. out: device, [n_rows, 2] int32.
-cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t vocab, int32_t* out,
-                               cudaStream_t stream);
+// the result does not depend on the reduction tree. Two passes: CTAs over 8192-logit chunks of
+// each row write partials to `workspace` (GreedyTokensWorkspaceBytes), one warp per row combines
+// them. out: device, [n_rows, 2] int32; n_rows <= 65535.
+size_t GreedyTokensWorkspaceBytes(int64_t n_rows, int64_t vocab);
+cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t vocab, void* workspace,
+                               size_t workspace_bytes, int32_t* out, cudaStream_t stream);
 
 }  // namespace lockstep::kernels

@@ -99,6 +99,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : allocations_) cudaFree(p);
   if (meta_dev_ != nullptr) cudaFree(meta_dev_);
   if (attn_ws_ != nullptr) cudaFree(attn_ws_);
+  if (greedy_ws_ != nullptr) cudaFree(greedy_ws_);
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (staged_ != nullptr) cudaEventDestroy(staged_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -585,10 +586,20 @@ absl::Status CudaBackend::Softcap(Tensor x, float cap) {
 absl::Status CudaBackend::GreedyTokens(Tensor logits, IntTensor out) {
   RETURN_IF_ERROR(Guard(CheckGreedyTokens("cuda GreedyTokens", logits, out)));
   if (logits.rows == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(bool launch, Enter(logits.data, OpHash(12).Mix(logits).Mix(out).value()));
+  if (logits.rows > 65535) {
+    return Guard(absl::InvalidArgumentError(absl::StrFormat(
+        "cuda GreedyTokens: %d rows, at most 65535 in one call", logits.rows)));
+  }
+  const int64_t ws_bytes = static_cast<int64_t>(kernels::GreedyTokensWorkspaceBytes(logits.rows, logits.cols));
+  if (mode_ != Mode::kReplay) {
+    RETURN_IF_ERROR(Reserve(greedy_ws_, greedy_ws_capacity_, ws_bytes, "GreedyTokens workspace"));
+  }
+  ASSIGN_OR_RETURN(bool launch,
+                   Enter(logits.data, OpHash(12).Mix(logits).Mix(out).Mix(greedy_ws_).value()));
   if (!launch) return absl::OkStatus();
   return Timed("GreedyTokens", [] { return std::string("GreedyTokens"); }, [&] {
-    return kernels::LaunchGreedyTokens(logits.data, logits.rows, logits.cols, out.data, stream_);
+    return kernels::LaunchGreedyTokens(logits.data, logits.rows, logits.cols, greedy_ws_,
+                                       static_cast<size_t>(greedy_ws_capacity_), out.data, stream_);
   });
 }
 

@@ -177,6 +177,8 @@ class CudaBackend final : public StepBackend {
   int64_t attn_max_len_ = 0;  // max seq_len rounded up to a power-of-two count of pieces
   void* attn_ws_ = nullptr;
   int64_t attn_ws_capacity_ = 0;
+  void* greedy_ws_ = nullptr;  // GreedyTokens' per-chunk partials
+  int64_t greedy_ws_capacity_ = 0;
 
   // Graph state of the current step.
   Mode mode_ = Mode::kEager;
