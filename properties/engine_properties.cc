@@ -166,11 +166,12 @@ void CheckEngineBatch(const Env& env, int max_n, int max_prompt, int max_gen, co
       if (cases[i].arrival == step) {
         runtime::Request r = cases[i].req;
         r.on_text = [&streamed, i](std::string_view s) { streamed[i] += s; };
-        // A plain greedy request without on_token gets its tokens picked on the backend
-        // (Engine::BackendGreedy); with one, the host sampler picks them from the downloaded
-        // rows. Alone it runs without: the two paths must agree token for token.
+        // A plain greedy request without logprobs gets its tokens picked on the backend
+        // (Engine::BackendGreedy); with them, the host sampler picks from the downloaded rows.
+        // Alone it runs without: the two paths must agree token for token.
         if (*rc::gen::inRange(0, 2) == 0) {
           r.on_token = [](const runtime::TokenEvent&) {};
+          r.logprobs = true;
           if (r.drafter == nullptr && r.params.greedy()) Count("greedy: host sampler vs backend pick");
         }
         absl::StatusOr<int64_t> id = engine->Submit(std::move(r));

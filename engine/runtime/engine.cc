@@ -355,8 +355,10 @@ void Engine::Finish(Sequence& s, std::vector<RequestResult>* out) {
 
 // Samples or verifies the rows of one sequence. logits: [1 + n_draft, n_vocab], row i for
 // position base + 1 + i where base is the pending token's position. Appends what is emitted.
+bool Engine::Logprobs(const Sequence& s) { return s.req.on_token && s.req.logprobs; }
+
 bool Engine::BackendGreedy(const Sequence& s) const {
-  return options_.backend_greedy && s.req.drafter == nullptr && !s.req.on_token && !options_.on_step_logits &&
+  return options_.backend_greedy && s.req.drafter == nullptr && !Logprobs(s) && !options_.on_step_logits &&
          sampling::PlainGreedy(s.req.params) && runner_->SupportsGreedy();
 }
 
@@ -387,14 +389,14 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
           spec::VerifyDraftToken(p, s.draft_full.q[i], s.draft[i], s.req.seed, position);
       token = v.token;
       draft_accepted = v.accepted;
-      if (s.req.on_token) ReportFromLaw(p, token, s.req.params.top_logprobs, &ev);
+      if (Logprobs(s)) ReportFromLaw(p, token, s.req.params.top_logprobs, &ev);
     } else {
       const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
       // Plain decode, greedy, coupled, and every bonus token: exactly plain decode's draw.
-      // The log-softmax over the vocabulary is only for on_token's report: at c = 64 on a
-      // 128k vocabulary it was most of the step's host time (docs/performance.md).
+      // The log-softmax over the vocabulary is only for a request that asked for logprobs: at
+      // c = 64 on a 128k vocabulary it was most of the step's host time (docs/performance.md).
       ASSIGN_OR_RETURN(sampling::SampledToken t,
-                       s.sampler.Sample(row, s.req.seed, position, s.tokens, s.req.on_token != nullptr));
+                       s.sampler.Sample(row, s.req.seed, position, s.tokens, Logprobs(s)));
       token = t.token;
       draft_accepted = i < n_draft && token == s.draft[i];
       ev.logprob = t.logprob;

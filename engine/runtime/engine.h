@@ -90,6 +90,10 @@ struct Request {
   bool ignore_eos = false;           // the tokenizer's end-of-turn ids do not stop it (benchmarks)
   std::function<void(std::string_view)> on_text;  // streamed text (may be empty)
   std::function<void(const TokenEvent&)> on_token;  // every sampled token, after on_text
+  // on_token's events carry the token's logprob and params.top_logprobs alternatives. False: they
+  // carry 0 and none, and the engine skips the log-softmax over the vocabulary (and a plain
+  // greedy request may have its token picked on the backend, BackendGreedy).
+  bool logprobs = false;
 };
 
 struct RequestResult {
@@ -164,10 +168,12 @@ class Engine {
   absl::Status Verify(Sequence& s, std::span<const float> logits, int n_draft,
                       std::span<const int32_t> greedy = {});
   // Whether s's rows may come back as greedy tokens picked on the backend (models::StepEntry::
-  // greedy): plain greedy parameters (sampling::PlainGreedy), no drafter, nobody reading per-token
-  // reports (on_token) or the step's logits (on_step_logits), and a runner that supports it. The
-  // token is the one the host sampler would pick from the same row.
+  // greedy): plain greedy parameters (sampling::PlainGreedy), no drafter, no logprobs asked for
+  // (Request::logprobs), nobody reading the step's logits (on_step_logits), and a runner that
+  // supports it. The token is the one the host sampler would pick from the same row.
   bool BackendGreedy(const Sequence& s) const;
+  // Whether s's on_token reports logprobs (Request::logprobs with an on_token).
+  static bool Logprobs(const Sequence& s);
   void Finish(Sequence& s, std::vector<RequestResult>* out);
   void ParkSession(Sequence& s);
 

@@ -207,6 +207,7 @@ void Server::Impl::HandleGenerate(Endpoint ep, const httplib::Request& req, http
     runtime::Request r;
     r.prompt = prompt;
     r.params = pr.params;
+    r.logprobs = pr.logprobs;  // else the engine skips the log-softmax (and may pick on the backend)
     r.seed = seed + static_cast<uint64_t>(i);  // choice i is the request with seed + i, alone
     r.session = pr.session;
     if (m->drafter) {
