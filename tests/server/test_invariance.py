@@ -3,7 +3,7 @@
 The oracle is the same request sent alone, one at a time, to a server with no prefix cache and
 no sessions (every prefill cold). Against it: N concurrent clients with different prompts,
 lengths, sampling and arrival times (greedy, seeded sampling, speculative with the n-gram
-drafter), prefix-cache hits, resumed sessions, c = 32 streams, and a tiny KV budget that
+drafter; with and without logprobs), prefix-cache hits, resumed sessions, c = 32 streams, and a tiny KV budget that
 answers the excess with 429 + Retry-After. Every loop is bounded; the servers are killed at the
 end even on failure. The arrival seed is printed and replayable with LOCKSTEP_TEST_SEED.
 """
@@ -125,6 +125,10 @@ class Invariance(unittest.TestCase):
                 jobs = []
                 for i, (a, e, b) in enumerate(CASES):
                     delay, stream = rng.uniform(0, 0.5), rng.random() < 0.5
+                    # With logprobs the host picks a greedy token from the row; without (the
+                    # reference) the backend does (docs/runtime.md): the same text either way.
+                    if rng.random() < 0.5:
+                        b = dict(b, logprobs=True if e == "chat" else 1)
 
                     def job(a=a, e=e, b=b, delay=delay, stream=stream):
                         time.sleep(delay)
