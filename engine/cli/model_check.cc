@@ -227,10 +227,8 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
     }
     lines.push_back(line);
   }
-  // Decode batches: B sequences at random depths, 4 decode steps each (eager, capture, replay).
-  for (int64_t B : o.batches) {
-    ModelCheckLine line;
-    line.name = absl::StrFormat("decode B=%d", B);
+  // B random sequences, each prefilled (KV only) to a random depth at least 4 short of its end.
+  auto decode_group = [&](int64_t B) -> absl::StatusOr<std::vector<Seq*>> {
     std::vector<int64_t> pick(n_seqs);
     for (int64_t i = 0; i < n_seqs; ++i) pick[i] = i;
     std::shuffle(pick.begin(), pick.end(), rng);
@@ -242,6 +240,13 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
       RETURN_IF_ERROR(rig->Step({&s}, {depth}, false).status());
       group.push_back(&s);
     }
+    return group;
+  };
+  // Decode batches: B sequences at random depths, 4 decode steps each (eager, capture, replay).
+  for (int64_t B : o.batches) {
+    ModelCheckLine line;
+    line.name = absl::StrFormat("decode B=%d", B);
+    ASSIGN_OR_RETURN(std::vector<Seq*> group, decode_group(B));
     for (int step = 0; step < 4; ++step) {
       std::vector<int64_t> from;
       for (Seq* s : group) from.push_back(s->done);
@@ -257,17 +262,7 @@ absl::StatusOr<std::vector<ModelCheckLine>> CheckModelInvariance(const models::M
   for (int64_t B : {int64_t{1}, int64_t{8}, std::min<int64_t>(64, n_seqs)}) {
     ModelCheckLine line;
     line.name = absl::StrFormat("greedy pick on backend B=%d", B);
-    std::vector<int64_t> pick(n_seqs);
-    for (int64_t i = 0; i < n_seqs; ++i) pick[i] = i;
-    std::shuffle(pick.begin(), pick.end(), rng);
-    pick.resize(B);
-    std::vector<Seq*> group;
-    for (int64_t i : pick) {
-      Seq& s = seqs[i];
-      const int64_t depth = std::uniform_int_distribution<int64_t>(1, static_cast<int64_t>(s.tokens.size()) - 4)(rng);
-      RETURN_IF_ERROR(rig->Step({&s}, {depth}, false).status());
-      group.push_back(&s);
-    }
+    ASSIGN_OR_RETURN(std::vector<Seq*> group, decode_group(B));
     for (int step = 0; step < 4; ++step) {
       std::vector<int64_t> at;
       for (Seq* s : group) at.push_back(s->done);
