@@ -379,9 +379,9 @@ absl::Status Engine::Verify(Sequence& s, std::span<const float> logits, int n_dr
     bool draft_accepted = false;
     TokenEvent ev;
     if (!greedy.empty()) {
-      // Picked on the backend from this row (BackendGreedy): PlainGreedyToken's token.
+      // Picked on the backend from this row (BackendGreedy: no drafter, so n_draft is 0):
+      // PlainGreedyToken's token.
       token = greedy[i];
-      draft_accepted = i < n_draft && token == s.draft[i];
     } else if (s.req.spec.mode == spec::SpecMode::kReject && i < n_draft) {
       const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
       ASSIGN_OR_RETURN(std::vector<double> p, s.sampler.ProcessedDistribution(row, s.tokens));
