@@ -12,6 +12,8 @@
 
 #include <cuda_fp16.h>
 
+#include <climits>
+
 namespace lockstep::kernels {
 namespace {
 
@@ -242,6 +244,285 @@ __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, 
   }
 }
 
+// The grouped f16 route (docs/kernels.md "Paged attention"): one CTA per (piece, KV head, group
+// of query rows) stages the piece's K and V slices of its KV head into shared memory once by
+// 16-byte cp.async, then runs every query head of the KV head (kGroupHeads at a time) for each of
+// its rows against them. Per (row, head) the arithmetic and its order are PieceKernel's, operation
+// for operation (lane = key for the scores, warp = sub-piece, the same trees, chains and writes);
+// only where K and V are read from changes, so attention-invariance compares it with the generic
+// route bitwise. Needs f16 K and V, head_dim % 8 == 0 and <= kGroupMaxDim, both caches 16-byte
+// aligned.
+constexpr int kGroupHeads = 4;
+constexpr int kGroupMaxDim = 128;
+constexpr int kGroupMaxPerLane = kGroupMaxDim / 32;
+
+struct GroupLayout {
+  int rs;  // halves per staged K or V row: head_dim + 8 (16 bytes of padding: conflict-free)
+  size_t k, v, q, ps, ow, slot, red, lw, bytes;
+};
+
+__host__ __device__ inline GroupLayout MakeGroupLayout(int D, int G) {
+  GroupLayout l;
+  l.rs = D + 8;
+  l.k = 0;
+  l.v = l.k + (size_t)kAttentionPiece * l.rs * 2;
+  l.q = l.v + (size_t)kAttentionPiece * l.rs * 2;
+  l.ps = l.q + (size_t)G * D * 4;
+  l.ow = l.ps + (size_t)kGroupHeads * kAttentionPiece * 4;
+  l.slot = l.ow + (size_t)kWarps * kGroupHeads * D * 4;
+  l.red = l.slot + (size_t)kAttentionPiece * 8;
+  l.lw = l.red + (size_t)kGroupHeads * kWarps * 4;
+  l.bytes = l.lw + (size_t)kGroupHeads * kWarps * 4;
+  return l;
+}
+
+__device__ __forceinline__ void GroupCpAsync16(void* smem_dst, const void* src) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem_dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams p, int n_pieces,
+                                                           int rows_per_cta, int heads_per_cta,
+                                                           float* __restrict__ ws) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int D = p.head_dim, G = p.n_head / p.n_kv_head;
+  const GroupLayout lay = MakeGroupLayout(D, G);
+  __half* ks = reinterpret_cast<__half*>(smem + lay.k);
+  __half* vs = reinterpret_cast<__half*>(smem + lay.v);
+  float* qs = reinterpret_cast<float*>(smem + lay.q);
+  float* ps = reinterpret_cast<float*>(smem + lay.ps);
+  float* ow = reinterpret_cast<float*>(smem + lay.ow);
+  int64_t* slot_s = reinterpret_cast<int64_t*>(smem + lay.slot);
+  float* red = reinterpret_cast<float*>(smem + lay.red);
+  float* lw = reinterpret_cast<float*>(smem + lay.lw);
+  const int piece = blockIdx.x;
+  const int splits = (G + heads_per_cta - 1) / heads_per_cta;
+  const int kvh = blockIdx.y / splits;
+  const int h_begin = (blockIdx.y % splits) * heads_per_cta, h_end = min(G, h_begin + heads_per_cta);
+  const int base = piece * kAttentionPiece;
+  const int64_t t_end = min(p.T, (int64_t)(blockIdx.z + 1) * rows_per_cta);
+  const int64_t kv_dim = (int64_t)p.n_kv_head * D;
+  const int64_t rb = kv_dim * 2;  // f16 rows, K and V alike
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kk_own = warp * kSubKeys + lane;
+  const int j_own = base + kk_own;
+  const int chunks = D / 8;  // 16-byte pieces per staged row
+  int64_t t = (int64_t)blockIdx.z * rows_per_cta;
+  while (t < t_end) {
+    // The rows t..t_last of one sequence share one staging of the piece.
+    const RowInfo r0 = FindRow(p, t);
+    const int64_t t_last = min(t_end, (int64_t)p.query_start[r0.seq + 1]) - 1;
+    int ulo = INT_MAX, uhi = INT_MIN;
+    for (int64_t tt = t; tt <= t_last; ++tt) {
+      const int pos = p.positions[tt];
+      const int hi = min(pos, p.seq_len[r0.seq] - 1);
+      const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+      if (hi >= lo) ulo = min(ulo, lo), uhi = max(uhi, hi);
+    }
+    ulo = max(ulo, base);
+    uhi = min(uhi, base + kAttentionPiece - 1);
+    __syncthreads();  // the previous staging's readers are done
+    if (ulo <= uhi) {
+      {
+        // Only keys that some row of the group sees are read (a window's rows may leave a gap).
+        const int j = base + (int)threadIdx.x;
+        bool need = false;
+        if (j >= ulo && j <= uhi) {
+          for (int64_t tt = t; tt <= t_last && !need; ++tt) {
+            const int pos = p.positions[tt];
+            const int hi = min(pos, p.seq_len[r0.seq] - 1);
+            const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+            need = j >= lo && j <= hi;
+          }
+        }
+        slot_s[threadIdx.x] = -1;
+        if (need) {
+          const int block = p.block_table[(int64_t)r0.seq * p.max_blocks_per_seq + j / p.block_size];
+          slot_s[threadIdx.x] = (int64_t)block * p.block_size + j % p.block_size;
+        }
+      }
+      __syncthreads();
+      const int n_keys = uhi - ulo + 1, k_first = ulo - base;
+      const uint8_t* kc = static_cast<const uint8_t*>(p.k_cache) + (int64_t)kvh * D * 2;
+      const uint8_t* vc = static_cast<const uint8_t*>(p.v_cache) + (int64_t)kvh * D * 2;
+      for (int i = threadIdx.x; i < n_keys * chunks; i += kThreads) {
+        const int kk = k_first + i / chunks, c = i % chunks;
+        if (slot_s[kk] >= 0) GroupCpAsync16(ks + kk * lay.rs + c * 8, kc + slot_s[kk] * rb + c * 16);
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      for (int i = threadIdx.x; i < n_keys * chunks; i += kThreads) {
+        const int kk = k_first + i / chunks, c = i % chunks;
+        if (slot_s[kk] >= 0) GroupCpAsync16(vs + kk * lay.rs + c * 8, vc + slot_s[kk] * rb + c * 16);
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // K has landed (V may not have)
+    }
+    __syncthreads();
+    bool v_ready = false;
+    for (int64_t tt = t; tt <= t_last; ++tt) {
+      const RowInfo r = FindRow(p, tt);
+      if (r.hi < r.lo) {  // sees no key: zeros, written once (piece 0 is always in the grid)
+        if (piece == 0) {
+          for (int i = threadIdx.x; i < (h_end - h_begin) * D; i += kThreads) {
+            p.out[(tt * p.n_head + (int64_t)kvh * G + h_begin) * D + i] = 0.0f;
+          }
+        }
+        continue;
+      }
+      const int j0 = max(base, r.lo);
+      const int j1 = min(base + kAttentionPiece - 1, r.hi);
+      if (j1 < j0) continue;  // nothing visible: the combine kernel skips this piece
+      for (int i = threadIdx.x; i < G * D; i += kThreads) {
+        qs[i] = p.q[(tt * p.n_head + (int64_t)kvh * G) * D + i];
+      }
+      __syncthreads();
+      const bool vis = j_own >= j0 && j_own <= j1;
+      const bool single = r.lo / kAttentionPiece == r.hi / kAttentionPiece;
+      for (int hc = h_begin; hc < h_end; hc += kGroupHeads) {
+        const int gc = min(kGroupHeads, h_end - hc);
+        // Scores: PieceKernel<1>'s chains (class c = dim % 8, increasing dim), the class tree,
+        // scale, softcap; one K row read serves the chunk's heads.
+        float s[kGroupHeads];
+        {
+          float a[kGroupHeads][kScoreClasses];
+#pragma unroll
+          for (int gi = 0; gi < kGroupHeads; ++gi) {
+#pragma unroll
+            for (int c = 0; c < kScoreClasses; ++c) a[gi][c] = 0.0f;
+          }
+          if (vis) {
+            const uint4* k8 = reinterpret_cast<const uint4*>(ks + kk_own * lay.rs);
+            for (int g = 0; g < chunks; ++g) {
+              const uint4 w = k8[g];
+              const __half2* hw = reinterpret_cast<const __half2*>(&w);
+              float f[8];
+#pragma unroll
+              for (int c2 = 0; c2 < 4; ++c2) {
+                const float2 ff = __half22float2(hw[c2]);
+                f[2 * c2] = ff.x;
+                f[2 * c2 + 1] = ff.y;
+              }
+#pragma unroll
+              for (int gi = 0; gi < kGroupHeads; ++gi) {
+                if (gi < gc) {
+                  const float* qh = qs + (hc + gi) * D + 8 * g;
+#pragma unroll
+                  for (int c = 0; c < kScoreClasses; ++c) a[gi][c] = __fmaf_rn(qh[c], f[c], a[gi][c]);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int gi = 0; gi < kGroupHeads; ++gi) {
+            float sv = -INFINITY;
+            if (vis) {
+              sv = __fmul_rn(ClassTree(a[gi]), p.scale);
+              if (p.softcap > 0.0f) sv = __fmul_rn(p.softcap, tanhf(__fdiv_rn(sv, p.softcap)));
+            }
+            s[gi] = sv;
+          }
+        }
+        // Piece max per head (exact in any order).
+#pragma unroll
+        for (int gi = 0; gi < kGroupHeads; ++gi) {
+          float mx = s[gi];
+#pragma unroll
+          for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+          if (lane == 0) red[gi * kWarps + warp] = mx;
+        }
+        __syncthreads();
+        // p = expf(s - m); the per-warp shfl_xor tree of the sums.
+#pragma unroll
+        for (int gi = 0; gi < kGroupHeads; ++gi) {
+          float m = red[gi * kWarps];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[gi * kWarps + w]);
+          const float pv = vis ? expf(__fsub_rn(s[gi], m)) : 0.0f;
+          ps[gi * kAttentionPiece + kk_own] = pv;
+          float l = pv;
+#pragma unroll
+          for (int o = 16; o >= 1; o /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xFFFFFFFFu, l, o));
+          if (lane == 0) lw[gi * kWarps + warp] = l;
+        }
+        if (!v_ready) {
+          asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+          __syncthreads();  // every thread's V copies visible (and ps, a superset of __syncwarp)
+          v_ready = true;
+        } else {
+          __syncwarp();
+        }
+        // Output: per head and dim, the warp's fma chain over its visible keys in key order.
+        float o[kGroupHeads][kGroupMaxPerLane];
+#pragma unroll
+        for (int gi = 0; gi < kGroupHeads; ++gi) {
+#pragma unroll
+          for (int i = 0; i < kGroupMaxPerLane; ++i) o[gi][i] = 0.0f;
+        }
+        const int w0 = max(warp * kSubKeys, j0 - base), w1 = min(warp * kSubKeys + kSubKeys - 1, j1 - base);
+        for (int kk = w0; kk <= w1; ++kk) {
+          const __half* vrow = vs + kk * lay.rs;
+          float pk[kGroupHeads];
+#pragma unroll
+          for (int gi = 0; gi < kGroupHeads; ++gi) pk[gi] = ps[gi * kAttentionPiece + kk];
+#pragma unroll
+          for (int i = 0; i < kGroupMaxPerLane; ++i) {
+            const int d = lane + 32 * i;
+            if (d < D) {
+              const float v = __half2float(vrow[d]);
+#pragma unroll
+              for (int gi = 0; gi < kGroupHeads; ++gi) {
+                if (gi < gc) o[gi][i] = __fmaf_rn(pk[gi], v, o[gi][i]);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int gi = 0; gi < kGroupHeads; ++gi) {
+#pragma unroll
+          for (int i = 0; i < kGroupMaxPerLane; ++i) {
+            const int d = lane + 32 * i;
+            if (gi < gc && d < D) ow[(warp * kGroupHeads + gi) * D + d] = o[gi][i];
+          }
+        }
+        __syncthreads();
+        // The piece per head: warps summed in warp order; PieceKernel's single-piece finish or
+        // its workspace record.
+        for (int i = threadIdx.x; i < gc * D; i += kThreads) {
+          const int gi = i / D, d = i % D;
+          const int h = kvh * G + hc + gi;
+          float m = red[gi * kWarps];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[gi * kWarps + w]);
+          float L = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) L = __fadd_rn(L, lw[gi * kWarps + w]);
+          float acc = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) acc = __fadd_rn(acc, ow[(w * kGroupHeads + gi) * D + d]);
+          if (single) {
+            const float M1 = fmaxf(-INFINITY, m);
+            const float e1 = expf(__fsub_rn(m, M1));
+            const float L1 = __fmaf_rn(L, e1, 0.0f);
+            p.out[(tt * p.n_head + h) * D + d] = __fdiv_rn(__fmaf_rn(acc, e1, 0.0f), L1);
+          } else {
+            float* out = ws + (((int64_t)tt * p.n_head + h) * n_pieces + piece) * (D + 2);
+            out[2 + d] = acc;
+            if (d == 0) {
+              out[0] = m;
+              out[1] = L;
+            }
+          }
+        }
+        __syncthreads();  // red, lw, ps, ow and qs are reused by the next chunk or row
+      }
+    }
+    // Copies of a staging whose rows all skipped the piece must land before the next staging
+    // (or the exit) reuses the buffers.
+    if (!v_ready) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    t = t_last + 1;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p, int n_pieces,
                                                           const float* __restrict__ ws) {
   const int h = blockIdx.x;
@@ -266,6 +547,32 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p
     }
     dst[d] = __fdiv_rn(o, L);
   }
+}
+
+// The device's SM count (queried once).
+int64_t SmCount() {
+  static const int64_t n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      return (int64_t)132;
+    }
+    return (int64_t)v;
+  }();
+  return n;
+}
+
+// The device's opt-in shared memory per block (queried once).
+size_t GroupSmemLimit() {
+  static const size_t limit = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      return (size_t)48 * 1024;
+    }
+    return (size_t)v;
+  }();
+  return limit;
 }
 
 }  // namespace
@@ -311,7 +618,36 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
                    p.v_format == (uint32_t)q::KvFormat::kF32 &&
                    reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
-  if (fast) {
+  // The grouped f16 route: both caches aligned, head_dim <= kGroupMaxDim, and its shared memory
+  // within the device's opt-in limit. Rows per CTA: the batch's mean rows per sequence, at most
+  // 16 (decode steps: 1); the bits do not depend on it (docs/kernels.md).
+  const int G = p.n_head / p.n_kv_head;
+  const size_t group_smem = MakeGroupLayout(p.head_dim, G).bytes;
+  if (fast && p.head_dim <= kGroupMaxDim && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
+      group_smem <= GroupSmemLimit()) {
+    static size_t attr_bytes = 0;  // raised once per size (a shape's first step runs eagerly)
+    if (group_smem > 48 * 1024 && group_smem > attr_bytes) {
+      const cudaError_t e = cudaFuncSetAttribute(GroupKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)group_smem);
+      if (e != cudaSuccess) return e;
+      attr_bytes = group_smem;
+    }
+    const int64_t per_seq = p.T / p.n_seq;
+    int rows = (int)(per_seq < 1 ? 1 : (per_seq > 16 ? 16 : per_seq));
+    if (p.group_rows_per_cta > 0) rows = p.group_rows_per_cta;
+    const int64_t groups = (p.T + rows - 1) / rows;
+    // A grid smaller than the GPU splits each KV head's query heads over CTAs (each then stages
+    // the piece itself): short decodes get the parallelism back.
+    const int64_t ctas = (int64_t)n_pieces * p.n_kv_head * groups;
+    int splits = 1;
+    while (splits < G && ctas * splits < SmCount()) splits *= 2;
+    if (splits > G) splits = G;
+    int hpc = (G + splits - 1) / splits;
+    if (p.group_heads_per_cta > 0) hpc = p.group_heads_per_cta < G ? p.group_heads_per_cta : G;
+    splits = (G + hpc - 1) / hpc;
+    GroupKernel<<<dim3(n_pieces, (unsigned)(p.n_kv_head * splits), (unsigned)groups), kThreads, group_smem, stream>>>(
+        p, n_pieces, rows, hpc, ws);
+  } else if (fast) {
     PieceKernel<1><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
   } else if (f32) {
     PieceKernel<2><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);

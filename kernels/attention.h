@@ -44,6 +44,10 @@ struct PagedAttentionParams {
   int window = 0;                       // sliding window, 0 = none
   float scale = 1.0f;                   // applied to q.k
   float softcap = 0.0f;                 // 0 = none; else s = cap * tanh(s / cap) after scale
+  // The grouped f16 route's work split (0: chosen by the launcher; > 0: forced, for the check
+  // tool). Neither changes a bit of the output.
+  int group_rows_per_cta = 0;           // query rows per CTA
+  int group_heads_per_cta = 0;          // query heads of one KV head per CTA
 };
 
 // Bytes of scratch the launch needs: T * n_head * pieces * (head_dim + 2) floats, pieces =

@@ -81,6 +81,8 @@ void Bench() {
   // forced rows-per-lane mapping and the tiled route per matrix.
   const char* mode_env = std::getenv("LOCKSTEP_BENCH");
   const bool decode_only = mode_env != nullptr && std::strcmp(mode_env, "decode") == 0;
+  // LOCKSTEP_BENCH=attention: only the copy ceiling and the attention cases.
+  const bool attention_only = mode_env != nullptr && std::strcmp(mode_env, "attention") == 0;
   // LOCKSTEP_BENCH=mma: the MMA route's tile configurations forced, beside the float route.
   if (mode_env != nullptr && std::strcmp(mode_env, "mma") == 0) {
     BenchMmaConfigs();
@@ -172,6 +174,7 @@ void Bench() {
     }
     std::fflush(stdout);
   }
+  if (attention_only) return;
   // 3. Llama-3-8B layer set and head.
   struct M { const char* name; int64_t rows, cols; };
   const std::vector<M> layer = {{"attn_q 4096x4096", 4096, 4096}, {"attn_k 1024x4096", 1024, 4096},

@@ -119,7 +119,8 @@ void BuildCache(AttnBatch& b, const std::vector<std::vector<float>>& krows,
 
 // shift > 0 places both caches `shift` bytes past a 16-byte boundary (the f16 and f32 routes need
 // 16-byte-aligned caches, so this forces the generic route on the same values).
-std::vector<float> RunAttention(const AttnBatch& b, int shift = 0) {
+// rows_per_cta / heads_per_cta > 0 force the grouped f16 route's work split.
+std::vector<float> RunAttention(const AttnBatch& b, int shift = 0, int rows_per_cta = 0, int heads_per_cta = 0) {
   const int n_seq = (int)b.seq_len.size();
   const int64_t T = b.qstart[n_seq];
   Dev<float> dq = Upload(b.qv), dout(T * b.n_head * b.head_dim);
@@ -136,6 +137,7 @@ std::vector<float> RunAttention(const AttnBatch& b, int shift = 0) {
   p.block_size = b.block_size, p.max_blocks_per_seq = b.max_blocks;
   p.max_seq_len = *std::max_element(b.seq_len.begin(), b.seq_len.end());
   p.window = b.window, p.scale = b.scale, p.softcap = b.softcap;
+  p.group_rows_per_cta = rows_per_cta, p.group_heads_per_cta = heads_per_cta;
   const size_t wsb = lk::PagedAttentionWorkspaceBytes(T, b.n_head, b.head_dim, p.max_seq_len);
   Dev<uint8_t> ws(wsb);
   dout.Poison();
@@ -149,15 +151,20 @@ void CheckAttention(bool quick) {
   const std::vector<int> lens = {1, 2, 255, 256, 257, 511, 513, 700, 1030};
   int configs = 0;
   const int n_cfg = quick ? 8 : 28;
-  for (int cfg = 0; cfg < n_cfg; ++cfg) {
+  // Then f16 K and V only, more GQA groups: the grouped f16 route (kernels/attention.cu) runs
+  // head chunks of 4 (group sizes 1, 4, 6, 8) and rows per CTA up to 16, each compared with the
+  // generic route bitwise (invariance 0) and with the double reference.
+  const int n_f16 = quick ? 4 : 16;
+  for (int cfg = 0; cfg < n_cfg + n_f16; ++cfg) {
     ++configs;
     AttnBatch b;
-    const int heads[3][2] = {{4, 4}, {8, 2}, {6, 1}};
-    const int hsel = cfg % 3;
+    const bool f16_cfg = cfg >= n_cfg;
+    const int heads[6][2] = {{4, 4}, {8, 2}, {6, 1}, {32, 8}, {16, 2}, {8, 1}};
+    const int hsel = f16_cfg ? cfg % 6 : cfg % 3;
     b.n_head = heads[hsel][0], b.n_kv_head = heads[hsel][1];
     b.head_dim = (cfg % 4 == 0) ? 128 : (cfg % 4 == 1 ? 64 : (cfg % 4 == 2 ? 96 : 256));
-    b.kf = (q::KvFormat)(cfg % q::kKvFormatCount);
-    b.vf = (q::KvFormat)((cfg / 2 + cfg) % q::kKvFormatCount);
+    b.kf = f16_cfg ? q::KvFormat::kF16 : (q::KvFormat)(cfg % q::kKvFormatCount);
+    b.vf = f16_cfg ? q::KvFormat::kF16 : (q::KvFormat)((cfg / 2 + cfg) % q::kKvFormatCount);
     b.window = (cfg % 5 == 3) ? 300 : 0;
     b.softcap = (cfg % 6 == 5) ? 20.0f : 0.0f;
     b.scale = 1.0f / std::sqrt((float)b.head_dim);
@@ -245,6 +252,19 @@ void CheckAttention(bool quick) {
       bool same = true;
       for (size_t i = 0; i < og.size(); ++i) same &= SameBits(og[i], out[i]);
       inv->Bit(same, std::string(ctx) + ": f16 route != generic route (cache 2 bytes off)");
+      // Invariance 0c: the grouped route's forced work splits (rows and query heads per CTA,
+      // head chunks of 4 or fewer) == its own choice.
+      if (b.head_dim <= 128) {
+        const int G = b.n_head / b.n_kv_head;
+        const int forced[4][2] = {{1, 1}, {3, 2}, {16, 4}, {7, G}};
+        for (const auto& f : forced) {
+          const auto of = RunAttention(b, 0, f[0], f[1]);
+          bool same_f = true;
+          for (size_t i = 0; i < of.size(); ++i) same_f &= SameBits(of[i], out[i]);
+          inv->Bit(same_f, std::string(ctx) + ": grouped route with " + std::to_string(f[0]) + " rows x " +
+                               std::to_string(f[1]) + " heads per CTA != its own split");
+        }
+      }
     }
     // Invariance 0b: the f32 route (format fixed at compile time) == the generic route.
     if (b.kf == q::KvFormat::kF32 && b.vf == q::KvFormat::kF32) {
@@ -287,8 +307,8 @@ void CheckAttention(bool quick) {
       }
     }
   }
-  acc->shapes = std::to_string(configs) + " ragged batches of 1-5 seqs, seq_len {1,2,255,256,257,511,513,700,1030}, decode+prefill rows, GQA 4/4 8/2 6/1, D {64,96,128,256}, all 7 KV formats for K and V, window 300, softcap 20, block 16/32, fragmented tables; bound from score error and fp32 sums";
-  inv->shapes = "f16 route and f32 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
+  acc->shapes = std::to_string(configs) + " ragged batches of 1-5 seqs, seq_len {1,2,255,256,257,511,513,700,1030}, decode+prefill rows, GQA 4/4 8/2 6/1 (f16 also 32/8 16/2 8/1), D {64,96,128,256}, all 7 KV formats for K and V, window 300, softcap 20, block 16/32, fragmented tables; bound from score error and fp32 sums";
+  inv->shapes = "f16 route (grouped, forced work splits too) and f32 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
 }
 
 }  // namespace lockstep::kernels::check
