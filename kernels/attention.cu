@@ -392,6 +392,7 @@ __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams 
           }
           if (vis) {
             const uint4* k8 = reinterpret_cast<const uint4*>(ks + kk_own * lay.rs);
+#pragma unroll 2
             for (int g = 0; g < chunks; ++g) {
               const uint4 w = k8[g];
               const __half2* hw = reinterpret_cast<const __half2*>(&w);
@@ -405,9 +406,12 @@ __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams 
 #pragma unroll
               for (int gi = 0; gi < kGroupHeads; ++gi) {
                 if (gi < gc) {
-                  const float* qh = qs + (hc + gi) * D + 8 * g;
+                  // 32-byte aligned: the layout's offsets are multiples of 16 bytes, D % 8 == 0.
+                  const float4* qh = reinterpret_cast<const float4*>(qs + (hc + gi) * D + 8 * g);
+                  const float4 q0 = qh[0], q1 = qh[1];
+                  const float qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
-                  for (int c = 0; c < kScoreClasses; ++c) a[gi][c] = __fmaf_rn(qh[c], f[c], a[gi][c]);
+                  for (int c = 0; c < kScoreClasses; ++c) a[gi][c] = __fmaf_rn(qv[c], f[c], a[gi][c]);
                 }
               }
             }
@@ -523,6 +527,8 @@ __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams 
   }
 }
 
+constexpr int kCombineSmemPieces = 1024;  // 262,144 keys; longer rows take the loop below
+
 __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p, int n_pieces,
                                                           const float* __restrict__ ws) {
   const int h = blockIdx.x;
@@ -534,6 +540,32 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p
   // Rows that see no key, or whose keys lie in one piece, were finished by the piece kernel.
   if (r.hi < r.lo || pa == pb) return;
   const float* base = ws + ((int64_t)t * p.n_head + h) * n_pieces * (D + 2);
+  const int np = pb - pa + 1;
+  if (np <= kCombineSmemPieces) {
+    // The same arithmetic with each piece's weight expf(m_i - M) computed once into shared memory
+    // (by the thread of that piece) instead of once per dim: the values are the same, and the
+    // loads of the output chain no longer wait on an expf each.
+    __shared__ float m_s[kCombineSmemPieces], l_s[kCombineSmemPieces], e_s[kCombineSmemPieces];
+    for (int i = threadIdx.x; i < np; i += kThreads) {
+      m_s[i] = base[(pa + i) * (D + 2)];
+      l_s[i] = base[(pa + i) * (D + 2) + 1];
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int i = 0; i < np; ++i) M = fmaxf(M, m_s[i]);
+    for (int i = threadIdx.x; i < np; i += kThreads) e_s[i] = expf(__fsub_rn(m_s[i], M));
+    __syncthreads();
+    float L = 0.0f;
+    for (int i = 0; i < np; ++i) L = __fmaf_rn(l_s[i], e_s[i], L);
+    for (int d = threadIdx.x; d < D; d += kThreads) {
+      float o = 0.0f;
+      const float* col = base + (int64_t)pa * (D + 2) + 2 + d;
+#pragma unroll 8
+      for (int i = 0; i < np; ++i) o = __fmaf_rn(col[(int64_t)i * (D + 2)], e_s[i], o);
+      dst[d] = __fdiv_rn(o, L);
+    }
+    return;
+  }
   float M = -INFINITY;
   for (int i = pa; i <= pb; ++i) M = fmaxf(M, base[i * (D + 2)]);
   float L = 0.0f;
