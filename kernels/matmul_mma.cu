@@ -67,7 +67,8 @@ struct RowChunk {
 };
 
 // Per type: kCPB chunks per block; Header(blk) reads what the block's chunks share (once per
-// block and row); Chunk<sub>(blk, hdr, t, rc) builds chunk sub's part for this lane.
+// block and row); chunk sub's part for this lane is Scales<sub>(hdr, rc) (dl and -ml, the same in
+// every lane of the row) and Words<sub>(blk, t, rc) (this lane's biased integers): TypeChunk.
 template <uint32_t kType>
 struct MmaType;
 
@@ -81,8 +82,8 @@ struct MmaType<(uint32_t)q::Type::Q4_K> {
   LS_DEV static void Header(const uint8_t* blk, Hdr& h) {
     h.h0 = L::L32(blk), h.sa = L::L32(blk + 4), h.sb = L::L32(blk + 8), h.sc = L::L32(blk + 12);
   }
-  template <int kSub, class L>
-  LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
+  template <int kSub>
+  LS_DEV static void Scales(const Hdr& h, RowChunk& r) {
     constexpr int sh = 8 * (kSub & 3);
     const uint32_t A = (h.sa >> sh) & 0xFFu, B = (h.sb >> sh) & 0xFFu, C = (h.sc >> sh) & 0xFFu;
     const uint32_t sc = kSub < 4 ? (A & 63u) : ((C & 15u) | ((A >> 2) & 48u));
@@ -90,6 +91,9 @@ struct MmaType<(uint32_t)q::Type::Q4_K> {
     const float dl = __fmul_rn(H2F(h.h0 & 0xFFFFu), (float)sc);
     r.dl[0] = r.dl[1] = dl;
     r.nml = -__fmul_rn(H2F(h.h0 >> 16), (float)m);
+  }
+  template <int kSub, class L>
+  LS_DEV static void Words(const uint8_t* blk, int t, RowChunk& r) {
     const uint8_t* qs = blk + 16 + 32 * (kSub / 2) + 4 * t;
     constexpr int shift = 4 * (kSub & 1);
     r.w[0] = (L::L32(qs) >> shift) & 0x0F0F0F0Fu;
@@ -105,10 +109,13 @@ struct MmaType<(uint32_t)q::Type::Q8_0> {
   struct Hdr { float d; };
   template <class L>
   LS_DEV static void Header(const uint8_t* blk, Hdr& h) { h.d = H2F(L::L16(blk)); }
-  template <int kSub, class L>
-  LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
+  template <int kSub>
+  LS_DEV static void Scales(const Hdr& h, RowChunk& r) {
     r.dl[0] = r.dl[1] = h.d;
     r.nml = 0.f;
+  }
+  template <int kSub, class L>
+  LS_DEV static void Words(const uint8_t* blk, int t, RowChunk& r) {
     r.w[0] = Ld32Via16<L>(blk + 2 + 4 * t) ^ 0x80808080u;
     r.w[1] = Ld32Via16<L>(blk + 18 + 4 * t) ^ 0x80808080u;
   }
@@ -127,12 +134,15 @@ struct MmaType<(uint32_t)q::Type::Q6_K> {
 #pragma unroll
     for (int k = 0; k < 8; ++k) h.s[k] = L::L16(blk + 192 + 2 * k);
   }
-  template <int kSub, class L>
-  LS_DEV static void Chunk(const uint8_t* blk, const Hdr& h, int t, RowChunk& r) {
-    constexpr int j = kSub / 4, r0 = 32 * (kSub % 4);
+  template <int kSub>
+  LS_DEV static void Scales(const Hdr& h, RowChunk& r) {
     r.dl[0] = __fmul_rn(h.d, (float)(int8_t)(h.s[kSub] & 0xFFu));
     r.dl[1] = __fmul_rn(h.d, (float)(int8_t)(h.s[kSub] >> 8));
     r.nml = 0.f;
+  }
+  template <int kSub, class L>
+  LS_DEV static void Words(const uint8_t* blk, int t, RowChunk& r) {
+    constexpr int j = kSub / 4, r0 = 32 * (kSub % 4);
     const uint8_t* ql = blk + 64 * j + (r0 % 64) + 4 * t;
     const uint8_t* qh = blk + 128 + 32 * j + 4 * t;
     constexpr int lshift = 4 * (r0 / 64), hshift = 2 * (kSub % 4);
@@ -144,6 +154,12 @@ struct MmaType<(uint32_t)q::Type::Q6_K> {
     }
   }
 };
+
+template <uint32_t kType, int kSub, class L>
+LS_DEV void TypeChunk(const uint8_t* blk, const typename MmaType<kType>::Hdr& h, int t, RowChunk& r) {
+  MmaType<kType>::template Scales<kSub>(h, r);
+  MmaType<kType>::template Words<kSub, L>(blk, t, r);
+}
 
 // Activation fragments of one token's chunk for this lane (see the file comment).
 struct XFrag {
@@ -201,10 +217,55 @@ struct XTile {
   float isc[kNR][2], xs[kNR][2];
 };
 
-// Chunk kSub of block b: weight fragments, the MMAs and the scale fmas (the arithmetic that
-// defines the route's bits; both kernels below run exactly this).
+// The MMA's A fragments of one m-tile from the two rows' words.
+LS_DEV void HalfFrags(const RowChunk (&rc)[2], __half2 bias, uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {  // [k-step]: rows g, g+8 x element pairs (4t, 4t+1), (4t+2, 4t+3)
+    a[k][0] = BytePairToHalf2<0>(rc[0].w[k], bias);
+    a[k][1] = BytePairToHalf2<0>(rc[1].w[k], bias);
+    a[k][2] = BytePairToHalf2<1>(rc[0].w[k], bias);
+    a[k][3] = BytePairToHalf2<1>(rc[1].w[k], bias);
+  }
+}
+
+// The route's arithmetic per chunk (the bits): the weight fragments of one m-tile (WeightFrags) and
+// the MMAs and scale fmas of one (m-tile, n-tile) (TileMath). ChunkMath runs them m-tile by
+// m-tile; the tiled kernel decodes its m-tiles first and walks the n-tiles outside (the same
+// operations on every output, in the same order).
+template <uint32_t kType, int kSub, class L>
+LS_DEV void WeightFrags(const uint8_t* w0, const uint8_t* w1, const typename MmaType<kType>::Hdr& h0,
+                        const typename MmaType<kType>::Hdr& h1, int t, __half2 bias, RowChunk (&rc)[2],
+                        uint32_t (&a)[2][4]) {
+  TypeChunk<kType, kSub, L>(w0, h0, t, rc[0]);
+  TypeChunk<kType, kSub, L>(w1, h1, t, rc[1]);
+  HalfFrags(rc, bias, a);
+}
+
 // kCols 1: only the C fragment's even columns are computed (T = 1: token 2t + 1 >= 1 is never
 // stored), the others stay 0; the computed ones are exactly those of kCols 2.
+template <uint32_t kType, int kCols>
+LS_DEV void TileMath(const uint32_t (&a)[2][4], const RowChunk (&rc)[2], const uint32_t* bh, const uint32_t* bl,
+                     const float* isc, const float* xs, float (&o4)[4]) {
+  using WT = MmaType<kType>;
+  // S over the chunk's two k-steps, or one S per k-step for the two-scale types (Q6_K).
+  float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+  float (&sk1)[4] = WT::kTwoScales ? s1 : s0;
+  Mma(s0, a[0], bh[0], bh[1]);
+  Mma(s0, a[0], bl[0], bl[1]);
+  Mma(sk1, a[1], bh[2], bh[3]);
+  Mma(sk1, a[1], bl[2], bl[3]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (kCols == 1 && i % 2 == 1) continue;
+    const RowChunk& r = rc[i / 2];
+    float& o = o4[i];
+    o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[i % 2]), o);
+    if constexpr (WT::kTwoScales) o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], isc[i % 2]), o);
+    if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xs[i % 2], o);
+  }
+}
+
+// Chunk kSub of block b: weight fragments, the MMAs and the scale fmas of every tile.
 template <uint32_t kType, int kMR, int kNR, int kSub, class L = GlobalLd, int kCols = 2>
 LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
                       const XTile<kNR>& xt, int t, __half2 bias, float (&acc)[kMR][kNR][4]) {
@@ -212,35 +273,11 @@ LS_DEV void ChunkMath(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typ
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi) {
     RowChunk rc[2];
-    WT::template Chunk<kSub, L>(wrow[mi][0] + b * WT::kBB, hdr[mi][0], t, rc[0]);
-    WT::template Chunk<kSub, L>(wrow[mi][1] + b * WT::kBB, hdr[mi][1], t, rc[1]);
-    uint32_t a[2][4];  // [k-step]: rows g, g+8 x element pairs (4t, 4t+1), (4t+2, 4t+3)
+    uint32_t a[2][4];
+    WeightFrags<kType, kSub, L>(wrow[mi][0] + b * WT::kBB, wrow[mi][1] + b * WT::kBB, hdr[mi][0], hdr[mi][1], t, bias, rc, a);
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      a[k][0] = BytePairToHalf2<0>(rc[0].w[k], bias);
-      a[k][1] = BytePairToHalf2<0>(rc[1].w[k], bias);
-      a[k][2] = BytePairToHalf2<1>(rc[0].w[k], bias);
-      a[k][3] = BytePairToHalf2<1>(rc[1].w[k], bias);
-    }
-#pragma unroll
-    for (int ni = 0; ni < kNR; ++ni) {
-      // S over the chunk's two k-steps, or one S per k-step for the two-scale types (Q6_K).
-      float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
-      float (&sk1)[4] = WT::kTwoScales ? s1 : s0;
-      Mma(s0, a[0], xt.bh[ni][0], xt.bh[ni][1]);
-      Mma(s0, a[0], xt.bl[ni][0], xt.bl[ni][1]);
-      Mma(sk1, a[1], xt.bh[ni][2], xt.bh[ni][3]);
-      Mma(sk1, a[1], xt.bl[ni][2], xt.bl[ni][3]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (kCols == 1 && i % 2 == 1) continue;
-        const RowChunk& r = rc[i / 2];
-        float& o = acc[mi][ni][i];
-        o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], xt.isc[ni][i % 2]), o);
-        if constexpr (WT::kTwoScales) o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], xt.isc[ni][i % 2]), o);
-        if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xt.xs[ni][i % 2], o);
-      }
-    }
+    for (int ni = 0; ni < kNR; ++ni)
+      TileMath<kType, kCols>(a, rc, xt.bh[ni], xt.bl[ni], xt.isc[ni], xt.xs[ni], acc[mi][ni]);
   }
 }
 
@@ -433,130 +470,268 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
   }
 }
 
-// Tiled kernel (large T): 8 warps as 4 (rows) x 2 (tokens), warp tile 32 x 32 (2 m-tiles x 4
-// n-tiles), CTA tile 128 x 64. Each warp runs the 8 K segments in turn: acc from 0 per segment,
-// then tot = acc (segment 0) or tot + acc, the K-split kernel's segment chain. Per chunk the
-// CTA's 256 threads build the fragments of its 64 tokens once (thread = token tid / 4, lane part
-// tid % 4: the same SplitX as the K-split kernel's lanes) into shared memory, double-buffered:
-// the raw loads of chunk c + 1 are issued before chunk c's math, the split after it.
+// Tiled kernel (large T; docs/kernels.md "MMA route", run 16): 8 warps as 4 (rows) x 2 (tokens),
+// warp tile 32 x 32 (2 m-tiles x 4 n-tiles), CTA tile 128 x 64. Each warp runs the 8 K segments in
+// turn: acc from 0 per segment, then tot = acc (segment 0) or tot + acc, the K-split kernel's
+// segment chain (an empty segment adds its 0, as there). The memory traffic: the CTA's 128 weight
+// rows stream through a ring of two shared-memory stages of 256 elements (one block of Q4_K or
+// Q6_K, eight of Q8_0) by cp.async, one stage ahead, and each stage's scales (Scales: dl, -ml) are
+// decoded once per (row, chunk) into a table when it lands; the activations of its 64 tokens are
+// split two chunks at a time (thread = token tid / 4, lane part tid % 4: the K-split kernel's
+// SplitX) into a double buffer of fragments, their raw loads issued one step ahead. One CTA
+// barrier per step of two chunks, one more per stage. TileMath runs on the same words, scales and
+// fragments as the K-split kernel's, so the bits are its bits (matmul-mma-invariance).
 constexpr int kTM = 2, kTN = 4, kTWM = 4, kTWN = 2;
 constexpr int kTBM = 16 * kTM * kTWM, kTBN = 8 * kTN * kTWN;  // 128 rows, 64 tokens
+constexpr int kTStep = 2;                                      // chunks per activation step
 static_assert(kTBN * 4 == kSeg * 32, "one staging thread per (token, lane part)");
+static_assert(kStChunks % kTStep == 0, "a weight stage starts on a step");
 
-struct TiledSmem {
-  uint4 h[2][kTBN][4], l[2][kTBN][4];  // [buffer][token][lane part]: bh / bl of XTile
-  float isc[2][kTBN], sum[2][kTBN];
+template <uint32_t kType>
+struct TiledGeom {
+  using WT = MmaType<kType>;
+  static constexpr int kBPS = kStChunks / WT::kCPB;          // blocks per weight stage
+  static constexpr int kSpan = kBPS * WT::kBB;               // a row's bytes per stage
+  // A row's stride in the ring, in 16-byte units, odd (rows g on distinct banks): the span's own
+  // units when every row's span starts 16-byte aligned, else the units around a misaligned span.
+  static constexpr int kUnitsAligned = ((kSpan + 15) / 16) | 1, kUnitsAny = ((kSpan + 30) / 16) | 1;
+  static constexpr int kXFrag = kTStep * kTBN * 4;           // uint4 per h or l buffer: [chunk][token][part]
+  static constexpr int kXBytes = 2 * kXFrag * 16 + 2 * kTStep * kTBN * 4;  // h, l, isc, sum of one step
+  static constexpr int kSBytes = kStChunks * kTBM * 8;      // the stage's scales: [chunk][row] float2
+  // Q4_K keeps the segment total in shared memory and fits two CTAs an SM (aligned rows); Q6_K
+  // and Q8_0 keep it in registers, one CTA an SM (docs/kernels.md run 16: spills otherwise).
+  static constexpr bool kTotSmem = kType == (uint32_t)q::Type::Q4_K;
+  static constexpr int kMinBlocks = kTotSmem ? 2 : 1;
+  static constexpr int kTotBytes = kTotSmem ? kSeg * kTM * kTN * 4 * 32 * 4 : 0;  // per warp [value][lane]
+  __host__ __device__ static constexpr int Bytes(int units) { return 2 * kTBM * 16 * units + 2 * kXBytes + kSBytes + kTotBytes; }
 };
 
-template <uint32_t kType, int kSub>
-LS_DEV void TiledChunk(TiledSmem& sm, const uint8_t* const (&wrow)[kTM][2], int64_t b,
-                       const typename MmaType<kType>::Hdr (&hdr)[kTM][2], const float* xs_row, int st_tok,
-                       int st_t, int64_t nch, int wn, int g, int t, __half2 bias, int64_t& c,
-                       float (&acc)[kTM][kTN][4]) {
-  const int buf = (int)(c & 1);
-  const bool next = c + 1 < nch;
-  XRaw raw;
-  if (next) raw = LoadXRaw(xs_row + 32 * (c + 1), st_t);
-  XTile<kTN> xt;
-#pragma unroll
-  for (int ni = 0; ni < kTN; ++ni) {
-    const int tok = 32 * wn + 8 * ni + g;
-    const uint4 h = sm.h[buf][tok][t], l = sm.l[buf][tok][t];
-    xt.bh[ni][0] = h.x, xt.bh[ni][1] = h.y, xt.bh[ni][2] = h.z, xt.bh[ni][3] = h.w;
-    xt.bl[ni][0] = l.x, xt.bl[ni][1] = l.y, xt.bl[ni][2] = l.z, xt.bl[ni][3] = l.w;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      xt.isc[ni][j] = sm.isc[buf][32 * wn + 8 * ni + 2 * t + j];
-      xt.xs[ni][j] = sm.sum[buf][32 * wn + 8 * ni + 2 * t + j];
-    }
-  }
-  ChunkMath<kType, kTM, kTN, kSub>(wrow, b, hdr, xt, t, bias, acc);
-  if (next) {
-    XFrag f;
-    SplitX(raw, f);
-    sm.h[buf ^ 1][st_tok][st_t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
-    sm.l[buf ^ 1][st_tok][st_t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
-    if (st_t == 0) sm.isc[buf ^ 1][st_tok] = f.isc, sm.sum[buf ^ 1][st_tok] = f.sum;
-  }
-  __syncthreads();
-  ++c;
+LS_DEV void CpAsync16(void* dst, const void* src) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
 }
-
-template <uint32_t kType, int... kSubs>
-LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledSmem& sm, const uint8_t* const (&wrow)[kTM][2],
-                       int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kTM][2], const float* xs_row,
-                       int st_tok, int st_t, int64_t nch, int wn, int g, int t, __half2 bias, int64_t& c,
-                       float (&acc)[kTM][kTN][4]) {
-  (TiledChunk<kType, kSubs>(sm, wrow, b, hdr, xs_row, st_tok, st_t, nch, wn, g, t, bias, c, acc), ...);
+LS_DEV void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kN>
+LS_DEV void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
+// Cp.async of src_bytes (1..16) from src, the rest of the 16 zero-filled (no read past a span).
+LS_DEV void CpAsync16Z(void* dst, const void* src, int src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
 }
 
 template <uint32_t kType>
-__global__ void __launch_bounds__(kSeg * 32)
-MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
-                     const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale) {
+struct TiledCtx {
   using WT = MmaType<kType>;
-  __shared__ TiledSmem sm;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int wm = warp % kTWM, wn = warp / kTWM;
-  const int64_t row0 = (int64_t)blockIdx.x * kTBM + 16 * kTM * wm, tok0 = (int64_t)blockIdx.y * kTBN;
+  using G = TiledGeom<kType>;
+  const uint8_t* w;
+  int64_t rows, row_bytes, row0, nblk, nch, nws;
+  int rstride, wbytes;  // a row's stride and a stage's bytes in the ring
+  uint8_t* wring;  // [2][kTBM][rstride]
+  uint8_t* xbuf;   // [2] steps of kXBytes
+  float2* stab;    // [kStChunks][kTBM]: (dl, -ml) or, two-scale types, (dl of k-step 0, of k-step 1)
+  const float* xs_row;
+  int st_tok, st_t, wm, wn, g, t;
+  XRaw raw[kTStep];
+
+  LS_DEV uint4* Xh(int buf) const { return reinterpret_cast<uint4*>(xbuf + buf * G::kXBytes); }
+  LS_DEV uint4* Xl(int buf) const { return Xh(buf) + G::kXFrag; }
+  LS_DEV float* Xi(int buf) const { return reinterpret_cast<float*>(Xl(buf) + G::kXFrag); }
+  LS_DEV float* Xs(int buf) const { return Xi(buf) + kTStep * kTBN; }
+
+  // Weight stage j (blocks [j * kBPS, ...)) of the CTA's rows into ring slot j & 1.
+  LS_DEV void IssueW(int64_t j) const {
+    if (j >= nws) return;
+    uint8_t* sw = wring + (j & 1) * wbytes;
+    const int nb = (int)min((int64_t)G::kBPS, nblk - j * G::kBPS);
+    const int units = rstride / 16;
+    for (int u = threadIdx.x; u < kTBM * units; u += kSeg * 32) {
+      const int r = u / units, k = u % units;
+      const int64_t rr = min(row0 + r, rows - 1);
+      const uintptr_t src = reinterpret_cast<uintptr_t>(w + rr * row_bytes + j * G::kBPS * WT::kBB);
+      const uintptr_t us = (src & ~(uintptr_t)15) + 16 * (uintptr_t)k, end = src + (uintptr_t)nb * WT::kBB;
+      if (us < end) CpAsync16Z(sw + r * rstride + 16 * k, reinterpret_cast<const void*>(us), (int)min((uintptr_t)16, end - us));
+    }
+    CpAsyncCommit();
+  }
+  // Where block b's bytes of row (16 mi + g + 8 h of this warp's rows) lie in the ring.
+  LS_DEV const uint8_t* WRow(int64_t j, int mi, int h) const {
+    const int r = 16 * kTM * wm + 16 * mi + g + 8 * h;
+    const int64_t rr = min(row0 + r, rows - 1);
+    const uintptr_t src = reinterpret_cast<uintptr_t>(w + rr * row_bytes + j * G::kBPS * WT::kBB);
+    return wring + (j & 1) * wbytes + r * rstride + (src & 15);
+  }
+  LS_DEV void LoadRaw(int64_t s) {
+#pragma unroll
+    for (int kc = 0; kc < kTStep; ++kc) {
+      const int64_t c = kTStep * s + kc;
+      if (c < nch) raw[kc] = LoadXRaw(xs_row + 32 * c, st_t);
+    }
+  }
+  // Step s: split its raw activations into buffer s & 1, wait for a weight stage that starts
+  // here, the barrier, then issue the next weight stage and step s + 1's raw loads.
+  LS_DEV void Step(int64_t s) {
+    const int buf = (int)(s & 1);
+#pragma unroll
+    for (int kc = 0; kc < kTStep; ++kc) {
+      if (kTStep * s + kc < nch) {  // uniform over the CTA: SplitX's shuffles see every lane
+        XFrag f;
+        SplitX(raw[kc], f);
+        Xh(buf)[(kc * kTBN + st_tok) * 4 + st_t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
+        Xl(buf)[(kc * kTBN + st_tok) * 4 + st_t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
+        if (st_t == 0) Xi(buf)[kc * kTBN + st_tok] = f.isc, Xs(buf)[kc * kTBN + st_tok] = f.sum;
+      }
+    }
+    const bool wstart = (kTStep * s) % kStChunks == 0;
+    if (wstart) CpAsyncWait<0>();
+    __syncthreads();
+    LoadRaw(s + 1);
+    if (wstart) {  // the stage's scales, once per (row, chunk) for the CTA
+      const int64_t j = kTStep * s / kStChunks;
+      IssueW(j + 1);
+      const int r = threadIdx.x % kTBM, half = threadIdx.x / kTBM;
+      const int nb = (int)min((int64_t)G::kBPS, nblk - j * G::kBPS);
+      const int64_t rr = min(row0 + r, rows - 1);
+      const uintptr_t src = reinterpret_cast<uintptr_t>(w + rr * row_bytes + j * G::kBPS * WT::kBB);
+      ScalesOf(std::make_integer_sequence<int, kStChunks>{}, wring + (j & 1) * wbytes + r * rstride + (src & 15),
+               r, half, nb);
+      __syncthreads();
+    }
+  }
+  // Chunk kC of the stage for row r, by the half of the CTA that owns it (chunks 4 half..).
+  template <int kC>
+  LS_DEV void ScaleOf(const uint8_t* sw, int r, int half, int nb) const {
+    constexpr int lb = kC / WT::kCPB, sub = kC % WT::kCPB;
+    static_assert(kSeg * 32 == 2 * kTBM, "two threads per row");
+    if (kC / (kStChunks / 2) != half || lb >= nb) return;
+    typename WT::Hdr h;
+    WT::template Header<SharedLd>(sw + lb * WT::kBB, h);
+    RowChunk rc;
+    WT::template Scales<sub>(h, rc);
+    stab[kC * kTBM + r] = make_float2(rc.dl[0], WT::kTwoScales ? rc.dl[1] : rc.nml);
+  }
+  template <int... kCs>
+  LS_DEV void ScalesOf(std::integer_sequence<int, kCs...>, const uint8_t* sw, int r, int half, int nb) const {
+    (ScaleOf<kCs>(sw, r, half, nb), ...);
+  }
+};
+
+template <uint32_t kType, int kSub>
+LS_DEV void TiledChunk(TiledCtx<kType>& cx, int64_t c, const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias,
+                       float (&acc)[kTM][kTN][4]) {
+  using WT = MmaType<kType>;
+  if (c % kTStep == 0) cx.Step(c / kTStep);
+  const int buf = (int)((c / kTStep) & 1), kc = (int)(c % kTStep);
+  const uint4* xh = cx.Xh(buf) + kc * kTBN * 4;
+  const uint4* xl = cx.Xl(buf) + kc * kTBN * 4;
+  const float* xi = cx.Xi(buf) + kc * kTBN;
+  const float* xsum = cx.Xs(buf) + kc * kTBN;
+  // TypeChunk's values: the words from the ring, the scales from the stage's table.
+  RowChunk rc[kTM][2];
+  uint32_t a[kTM][2][4];
+  const float2* sc = cx.stab + (lb * WT::kCPB + kSub) * kTBM + 16 * kTM * cx.wm + cx.g;
+#pragma unroll
+  for (int mi = 0; mi < kTM; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      WT::template Words<kSub, SharedLd>(wrow[mi][h] + lb * WT::kBB, cx.t, rc[mi][h]);
+      const float2 v = sc[16 * mi + 8 * h];
+      rc[mi][h].dl[0] = v.x, rc[mi][h].dl[1] = WT::kTwoScales ? v.y : v.x, rc[mi][h].nml = WT::kMin ? v.y : 0.f;
+    }
+    HalfFrags(rc[mi], bias, a[mi]);
+  }
+#pragma unroll
+  for (int ni = 0; ni < kTN; ++ni) {
+    const int tok = 32 * cx.wn + 8 * ni + cx.g;
+    const uint4 h = xh[tok * 4 + cx.t], l = xl[tok * 4 + cx.t];
+    const uint32_t bh[4] = {h.x, h.y, h.z, h.w}, bl[4] = {l.x, l.y, l.z, l.w};
+    const int n2 = 32 * cx.wn + 8 * ni + 2 * cx.t;
+    const float isc[2] = {xi[n2], xi[n2 + 1]}, xs[2] = {xsum[n2], xsum[n2 + 1]};
+#pragma unroll
+    for (int mi = 0; mi < kTM; ++mi) TileMath<kType, 2>(a[mi], rc[mi], bh, bl, isc, xs, acc[mi][ni]);
+  }
+}
+
+template <uint32_t kType, int... kSubs>
+LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledCtx<kType>& cx, int64_t c0,
+                       const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias, float (&acc)[kTM][kTN][4]) {
+  (TiledChunk<kType, kSubs>(cx, c0 + kSubs, wrow, lb, bias, acc), ...);
+}
+
+template <uint32_t kType>
+__global__ void __launch_bounds__(kSeg * 32, TiledGeom<kType>::kMinBlocks)
+MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
+                     const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int units) {
+  using WT = MmaType<kType>;
+  using G = TiledGeom<kType>;
+  extern __shared__ __align__(16) uint8_t tsm[];
+  TiledCtx<kType> cx;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  cx.g = lane / 4, cx.t = lane % 4, cx.wm = warp % kTWM, cx.wn = warp / kTWM;
+  cx.w = w, cx.rows = rows, cx.row_bytes = row_bytes;
+  cx.row0 = (int64_t)blockIdx.x * kTBM;
+  const int64_t tok0 = (int64_t)blockIdx.y * kTBN;
+  cx.nblk = cols / (32 * WT::kCPB), cx.nch = cols / 32, cx.nws = (cx.nblk + G::kBPS - 1) / G::kBPS;
+  constexpr bool kTotSmem = G::kTotSmem;
+  cx.rstride = 16 * units, cx.wbytes = kTBM * cx.rstride;
+  cx.wring = tsm, cx.xbuf = tsm + 2 * cx.wbytes;
+  cx.stab = reinterpret_cast<float2*>(cx.xbuf + 2 * G::kXBytes);
+  cx.st_tok = threadIdx.x / 4, cx.st_t = threadIdx.x % 4;
+  cx.xs_row = x + (tok0 + cx.st_tok < T ? tok0 + cx.st_tok : T - 1) * cols;
   const __half2 bias = __float2half2_rn((float)WT::kBias);
-  const uint8_t* wrow[kTM][2];
+  cx.IssueW(0);
+  cx.LoadRaw(0);
+
+  float tot[kTotSmem ? 1 : kTM][kTN][4], acc[kTM][kTN][4];
+  float* tsw = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(cx.stab) + G::kSBytes) + warp * kTM * kTN * 4 * 32 + lane;
 #pragma unroll
   for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = row0 + 16 * mi + g + 8 * h;
-      wrow[mi][h] = w + (r < rows ? r : rows - 1) * row_bytes;
-    }
-  const int st_tok = threadIdx.x / 4, st_t = threadIdx.x % 4;
-  const float* xs_row = x + (tok0 + st_tok < T ? tok0 + st_tok : T - 1) * cols;
-  const int64_t nblk = cols / (32 * WT::kCPB), nch = cols / 32;
-  {
-    XFrag f;
-    LoadX(xs_row, st_t, f);
-    sm.h[0][st_tok][st_t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
-    sm.l[0][st_tok][st_t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
-    if (st_t == 0) sm.isc[0][st_tok] = f.isc, sm.sum[0][st_tok] = f.sum;
-  }
-  __syncthreads();
-  float tot[kTM][kTN][4];
-  int64_t c = 0;
-#pragma unroll 1
-  for (int seg = 0; seg < kSeg; ++seg) {
-    float acc[kTM][kTN][4];
+    for (int ni = 0; ni < kTN; ++ni)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mi][ni][i] = 0.f;
+  int seg = 0;
+  int64_t seg_end = cx.nblk / kSeg;
+  auto fold = [&]() {
 #pragma unroll
     for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
       for (int ni = 0; ni < kTN; ++ni)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mi][ni][i] = 0.f;
-    const int64_t b_end = (seg + 1) * nblk / kSeg;
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (kTotSmem) {
+            float& tv = tsw[((mi * kTN + ni) * 4 + i) * 32];
+            tv = seg == 0 ? acc[mi][ni][i] : __fadd_rn(tv, acc[mi][ni][i]);
+          } else {
+            tot[mi][ni][i] = seg == 0 ? acc[mi][ni][i] : __fadd_rn(tot[mi][ni][i], acc[mi][ni][i]);
+          }
+          acc[mi][ni][i] = 0.f;
+        }
+    ++seg;
+    seg_end = (seg + 1) * cx.nblk / kSeg;
+  };
 #pragma unroll 1
-    for (int64_t b = seg * nblk / kSeg; b < b_end; ++b) {
-      typename WT::Hdr hdr[kTM][2];
-#pragma unroll
-      for (int mi = 0; mi < kTM; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
-      TiledBlock<kType>(std::make_integer_sequence<int, WT::kCPB>{}, sm, wrow, b, hdr, xs_row, st_tok, st_t, nch,
-                        wn, g, t, bias, c, acc);
-    }
+  for (int64_t b = 0; b < cx.nblk; ++b) {
+    while (b >= seg_end) fold();
+    const int64_t j = b / G::kBPS;
+    const int lb = (int)(b % G::kBPS);
+    const uint8_t* wrow[kTM][2];
 #pragma unroll
     for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < kTN; ++ni)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) tot[mi][ni][i] = seg == 0 ? acc[mi][ni][i] : __fadd_rn(tot[mi][ni][i], acc[mi][ni][i]);
+      for (int h = 0; h < 2; ++h) wrow[mi][h] = cx.WRow(j, mi, h);
+    TiledBlock<kType>(std::make_integer_sequence<int, WT::kCPB>{}, cx, b * WT::kCPB, wrow, lb, bias, acc);
   }
+  while (seg < kSeg) fold();
 #pragma unroll
   for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
     for (int ni = 0; ni < kTN; ++ni)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int64_t r = row0 + 16 * mi + g + 8 * (i / 2);
-        const int64_t n = tok0 + 32 * wn + 8 * ni + 2 * t + (i % 2);
-        if (r < rows && n < T) y[n * rows + r] = __fmul_rn(tot[mi][ni][i], w_scale);
+        const int64_t r = cx.row0 + 16 * kTM * cx.wm + 16 * mi + cx.g + 8 * (i / 2);
+        const int64_t n = tok0 + 32 * cx.wn + 8 * ni + 2 * cx.t + (i % 2);
+        const float v = kTotSmem ? tsw[((mi * kTN + ni) * 4 + i) * 32] : tot[kTotSmem ? 0 : mi][ni][i];
+        if (r < rows && n < T) y[n * rows + r] = __fmul_rn(v, w_scale);
       }
 }
 
@@ -584,13 +759,6 @@ struct StagedGeom {
   }
 };
 
-LS_DEV void CpAsync16(void* dst, const void* src) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-LS_DEV void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kN>
-LS_DEV void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
 
 // Chunk kSub of block lb of a stage: the fragments of the chunk (from the stage's split or split
 // here, as OneChunk does), then ChunkMath on the staged weight bytes.
@@ -804,10 +972,21 @@ template <uint32_t kType>
 cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
                         float w_scale, cudaStream_t stream) {
   using WT = MmaType<kType>;
+  using G = TiledGeom<kType>;
+  const int64_t row_bytes = cols / WT::kBE * WT::kBB;
+  const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0 && G::kSpan % 16 == 0;
+  const int units = aligned ? G::kUnitsAligned : G::kUnitsAny;
+  const int smem = G::Bytes(units);
+  static bool attr_set = false;
+  if (!attr_set) {
+    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
+    if (e != cudaSuccess) return e;
+    attr_set = true;
+  }
   const int64_t gy = (T + kTBN - 1) / kTBN;
   if (gy > 65535) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy);
-  MatmulMmaTiledKernel<kType><<<grid, kSeg * 32, 0, stream>>>(w, rows, cols, cols / WT::kBE * WT::kBB, x, T, y, w_scale);
+  MatmulMmaTiledKernel<kType><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units);
   return cudaGetLastError();
 }
 
@@ -841,9 +1020,10 @@ template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  // By T, as measured on the H200 (docs/kernels.md run 9): 16x8 up to 8 tokens, 32x16 up to 16,
-  // 64x16 beyond (the tiled kernel was within 15% of it at T = 2048 and far behind below 256).
-  if (cfg == MmaConfig::kAutoByT) cfg = T <= 8 ? MmaConfig::k16x8 : (T <= 16 ? MmaConfig::k32x16 : MmaConfig::k64x16);
+  // By T (docs/kernels.md runs 9 and 16): 16x8 up to 8 tokens, 32x16 up to 16, 64x16 up to 128
+  // (faster than the tiled kernel at 128, slower at 192), the tiled kernel beyond.
+  if (cfg == MmaConfig::kAutoByT)
+    cfg = T <= 8 ? MmaConfig::k16x8 : (T <= 16 ? MmaConfig::k32x16 : (T <= 128 ? MmaConfig::k64x16 : MmaConfig::kTiled128x64));
   switch (cfg) {
     case MmaConfig::k16x8:
       // The split once measured 17-21% faster at T = 1, 2-13% at T = 2 and 14% slower for Q4_K

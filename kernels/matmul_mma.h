@@ -36,7 +36,8 @@ enum class MmaConfig : int {
   k64x8 = 3,    // 4 x 1
   k64x16 = 4,   // 4 x 2
   k32x16 = 5,   // 2 x 2
-  kTiled128x64 = 6,  // the tiled kernel: 8 warps split rows and tokens, each runs all 8 segments
+  kTiled128x64 = 6,  // the tiled kernel: 8 warps split rows and tokens, each runs all 8 segments;
+                     // weights through a cp.async ring, the activation split once per CTA
   kStaged16x8 = 7,   // 16x8 with the weights and activations streamed through shared memory (cp.async)
 };
 

@@ -23,7 +23,7 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 }
 
 // Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the auto route,
-// T in {1, 2, 4, 8, 16, 64, 256, 2048}; sum of single-launch medians, two weight copies.
+// T in {1, 2, 4, 8, 16, 64, 128, 192, 256, 2048}; sum of single-launch medians, two weight copies.
 void BenchMmaConfigs() {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -45,7 +45,7 @@ void BenchMmaConfigs() {
       }
     std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, the auto route (float or MMA, matmul.h) first\n", tr.name, bytes / 1e6);
     std::printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s\n", "T", "auto", cfg_names[0], cfg_names[1], cfg_names[2], cfg_names[3], cfg_names[4], cfg_names[5], cfg_names[6]);
-    for (int64_t T : {1, 2, 4, 8, 16, 64, 256, 2048}) {
+    for (int64_t T : {1, 2, 4, 8, 16, 64, 128, 192, 256, 2048}) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
       double t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
