@@ -1016,14 +1016,23 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   return cudaGetLastError();
 }
 
+// The auto configuration by type and T (docs/kernels.md runs 9, 16 and 17; the layer-set bench,
+// H100): 16x8 up to 8 tokens, 32x16 up to 16; then four n-tiles a CTA (each chunk's weight
+// fragments serve 32 tokens): 32x32 (Q6_K up to 192; Q4_K and Q8_0 up to 96), 64x32 (Q4_K and
+// Q8_0 up to 192); the tiled kernel beyond. Every configuration gives the same bits.
+template <uint32_t kType>
+MmaConfig AutoConfig(int64_t T) {
+  if (T <= 8) return MmaConfig::k16x8;
+  if (T <= 16) return MmaConfig::k32x16;
+  if constexpr (kType == (uint32_t)q::Type::Q6_K) return T <= 192 ? MmaConfig::k32x32 : MmaConfig::kTiled128x64;
+  return T <= 96 ? MmaConfig::k32x32 : (T <= 192 ? MmaConfig::k64x32 : MmaConfig::kTiled128x64);
+}
+
 template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  // By T (docs/kernels.md runs 9 and 16): 16x8 up to 8 tokens, 32x16 up to 16, 64x16 up to 128
-  // (faster than the tiled kernel at 128, slower at 192), the tiled kernel beyond.
-  if (cfg == MmaConfig::kAutoByT)
-    cfg = T <= 8 ? MmaConfig::k16x8 : (T <= 16 ? MmaConfig::k32x16 : (T <= 128 ? MmaConfig::k64x16 : MmaConfig::kTiled128x64));
+  if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(T);
   switch (cfg) {
     case MmaConfig::k16x8:
       // The split once measured 17-21% faster at T = 1, 2-13% at T = 2 and 14% slower for Q4_K
@@ -1035,6 +1044,8 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
     case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k64x16: return LaunchCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::k32x16: return LaunchCfg<kType, 2, 2>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k64x32: return LaunchCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, stream);
+    case MmaConfig::k32x32: return LaunchCfg<kType, 2, 4>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, stream);
     case MmaConfig::kStaged16x8: return LaunchStaged<kType>(w, rows, cols, x, T, y, w_scale, stream);
     default: return cudaErrorInvalidValue;

@@ -27,7 +27,7 @@ bool MatmulMmaSupportsType(uint32_t type_id);
 
 // Tile configurations: rows x tokens per CTA, 8 warps splitting K (one segment each), or the
 // tiled kernel (each warp all 8 segments in turn, the CTA's activations split once in shared
-// memory). kAutoByT picks by T; the others are forced by the check tool to prove every
+// memory). kAutoByT picks by type and T; the others are forced by the check tool to prove every
 // configuration gives the same bits.
 enum class MmaConfig : int {
   kAutoByT = 0,
@@ -39,6 +39,8 @@ enum class MmaConfig : int {
   kTiled128x64 = 6,  // the tiled kernel: 8 warps split rows and tokens, each runs all 8 segments;
                      // weights through a cp.async ring, the activation split once per CTA
   kStaged16x8 = 7,   // 16x8 with the weights and activations streamed through shared memory (cp.async)
+  k64x32 = 8,   // 4 x 4
+  k32x32 = 9,   // 2 x 4
 };
 
 // As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,

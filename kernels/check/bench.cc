@@ -23,15 +23,15 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 }
 
 // Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the auto route,
-// T in {1, 2, 4, 8, 16, 64, 128, 192, 256, 2048}; sum of single-launch medians, two weight copies.
+// T in {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}; sum of single-launch medians, two weight copies.
 void BenchMmaConfigs() {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   struct M { int64_t rows, cols; };
   const std::vector<M> layer = {{4096, 4096}, {1024, 4096}, {1024, 4096}, {4096, 4096}, {14336, 4096}, {14336, 4096}, {4096, 14336}};
-  const lk::MmaConfig cfgs[7] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8};
-  const char* cfg_names[7] = {"16x8", "32x8", "64x8", "64x16", "32x16", "tiled", "staged"};
+  const lk::MmaConfig cfgs[9] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8, lk::MmaConfig::k64x32, lk::MmaConfig::k32x32};
+  const char* cfg_names[9] = {"16x8", "32x8", "64x8", "64x16", "32x16", "tiled", "staged", "64x32", "32x32"};
   for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K}) {
     const auto tr = Tr(ty);
     std::vector<Dev<uint8_t>*> ws[2];
@@ -44,13 +44,15 @@ void BenchMmaConfigs() {
         if (c == 0) bytes += d->n;
       }
     std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, the auto route (float or MMA, matmul.h) first\n", tr.name, bytes / 1e6);
-    std::printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s\n", "T", "auto", cfg_names[0], cfg_names[1], cfg_names[2], cfg_names[3], cfg_names[4], cfg_names[5], cfg_names[6]);
-    for (int64_t T : {1, 2, 4, 8, 16, 64, 128, 192, 256, 2048}) {
+    std::printf("%6s %9s", "T", "auto");
+    for (const char* n : cfg_names) std::printf(" %9s", n);
+    std::printf("\n");
+    for (int64_t T : {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
-      double t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      double t[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
       const int reps = T <= 64 ? 30 : 5;
-      for (int v = 0; v < 8; ++v) {
+      for (int v = 0; v < 10; ++v) {
         for (size_t i = 0; i < layer.size(); ++i) {
           std::vector<float> ts;
           for (int r = -1; r < reps; ++r) {
@@ -68,7 +70,9 @@ void BenchMmaConfigs() {
           t[v] += ts[ts.size() / 2];
         }
       }
-      std::printf("%6" PRId64 " %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f\n", T, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+      std::printf("%6" PRId64, T);
+      for (double v : t) std::printf(" %9.4f", v);
+      std::printf("\n");
       std::fflush(stdout);
     }
     for (auto& c : ws)

@@ -31,7 +31,7 @@ void CheckMatmulMma(bool quick) {
   const std::vector<q::Type> types = {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K};
   const std::vector<int64_t> Ts = quick ? std::vector<int64_t>{1, 2, 9, 33}
                                         : std::vector<int64_t>{1, 2, 3, 7, 8, 9, 17, 33, 64, 100, 256, 2048};
-  const lk::MmaConfig cfgs[7] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8};
+  const lk::MmaConfig cfgs[9] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8, lk::MmaConfig::k64x32, lk::MmaConfig::k32x32};
   std::string type_names;
   int64_t shapes = 0;
   for (q::Type ty : types) {
@@ -108,7 +108,7 @@ void CheckMatmulMma(bool quick) {
   }
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096, weights 16-byte aligned or 4 bytes off; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
-  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T); row t of T-row call == T=1 call";
+  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T); row t of T-row call == T=1 call";
 }
 
 }  // namespace lockstep::kernels::check
