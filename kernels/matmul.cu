@@ -729,10 +729,12 @@ bool MatmulSupportsType(uint32_t type_id) {
 
 // Q4_K and Q6_K take the MMA route for every T: on the H200's Llama-3-8B layer set it matched the
 // float route at T = 1 (Q4_K 0.166 vs 0.163 ms, Q6_K 0.197 vs 0.207) and beat it 3-7x at T = 2..8
-// and 2.6-3x at T = 2048 (docs/kernels.md run 9). Q8_0 stays on the float route: its MMA decode
-// was 1.6x slower at T = 1 (0.294 vs 0.182 ms).
+// and 2.6-3x at T = 2048 (docs/kernels.md run 9). Q8_0 joined them in run 17: with the staged
+// kernel at T <= 4 its MMA route beat the float route at every T on an H100 (layer set 0.171 vs
+// 0.183 ms at T = 1, 0.28 vs 1.32 at T = 8, 16.0 vs 44.6 at T = 2048); its 16x8 kernel alone had
+// been 1.6x slower at T = 1 (0.294 vs 0.182 ms, run 9).
 bool MatmulAutoUsesMma(uint32_t type_id) {
-  return type_id == (uint32_t)q::Type::Q4_K || type_id == (uint32_t)q::Type::Q6_K;
+  return type_id == (uint32_t)q::Type::Q4_K || type_id == (uint32_t)q::Type::Q6_K || type_id == (uint32_t)q::Type::Q8_0;
 }
 
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,

@@ -1017,11 +1017,18 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
 }
 
 // The auto configuration by type and T (docs/kernels.md runs 9, 16 and 17; the layer-set bench,
-// H100): 16x8 up to 8 tokens, 32x16 up to 16; then four n-tiles a CTA (each chunk's weight
-// fragments serve 32 tokens): 32x32 (Q6_K up to 192; Q4_K and Q8_0 up to 96), 64x32 (Q4_K and
-// Q8_0 up to 192); the tiled kernel beyond. Every configuration gives the same bits.
+// H100). Q4_K and Q6_K: 16x8 up to 8 tokens, 32x16 up to 16, then four n-tiles a CTA (each
+// chunk's weight fragments serve 32 tokens): 32x32 (Q6_K up to 192, Q4_K up to 96), 64x32 (Q4_K
+// up to 192), the tiled kernel beyond. Q8_0 (34-byte blocks, read by 16-bit loads): the staged
+// kernel up to 4 tokens, 16x8 up to 8, 32x16 up to 32, 64x32 up to 128, the tiled kernel beyond.
+// Every configuration gives the same bits.
 template <uint32_t kType>
 MmaConfig AutoConfig(int64_t T) {
+  if constexpr (kType == (uint32_t)q::Type::Q8_0) {
+    if (T <= 4) return MmaConfig::kStaged16x8;
+    if (T <= 8) return MmaConfig::k16x8;
+    return T <= 32 ? MmaConfig::k32x16 : (T <= 128 ? MmaConfig::k64x32 : MmaConfig::kTiled128x64);
+  }
   if (T <= 8) return MmaConfig::k16x8;
   if (T <= 16) return MmaConfig::k32x16;
   if constexpr (kType == (uint32_t)q::Type::Q6_K) return T <= 192 ? MmaConfig::k32x32 : MmaConfig::kTiled128x64;
