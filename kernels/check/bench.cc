@@ -30,8 +30,6 @@ void BenchMmaConfigs() {
   CK(cudaEventCreate(&e1));
   struct M { int64_t rows, cols; };
   const std::vector<M> layer = {{4096, 4096}, {1024, 4096}, {1024, 4096}, {4096, 4096}, {14336, 4096}, {14336, 4096}, {4096, 14336}};
-  const lk::MmaConfig cfgs[9] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8, lk::MmaConfig::k64x32, lk::MmaConfig::k32x32};
-  const char* cfg_names[9] = {"16x8", "32x8", "64x8", "64x16", "32x16", "tiled", "staged", "64x32", "32x32"};
   for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K}) {
     const auto tr = Tr(ty);
     std::vector<Dev<uint8_t>*> ws[2];
@@ -45,21 +43,21 @@ void BenchMmaConfigs() {
       }
     std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, the auto route (float or MMA, matmul.h) first\n", tr.name, bytes / 1e6);
     std::printf("%6s %9s", "T", "auto");
-    for (const char* n : cfg_names) std::printf(" %9s", n);
+    for (const char* n : kMmaConfigNames) std::printf(" %9s", n);
     std::printf("\n");
     for (int64_t T : {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
-      double t[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      double t[1 + std::size(kMmaConfigs)] = {};
       const int reps = T <= 64 ? 30 : 5;
-      for (int v = 0; v < 10; ++v) {
+      for (size_t v = 0; v < std::size(t); ++v) {
         for (size_t i = 0; i < layer.size(); ++i) {
           std::vector<float> ts;
           for (int r = -1; r < reps; ++r) {
             const auto* w = ws[(r + 2) % 2][i];
             CK(cudaEventRecord(e0));
             if (v == 0) CK(lk::LaunchMatmul((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
-            else CK(lk::LaunchMatmulMma((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, cfgs[v - 1], 0));
+            else CK(lk::LaunchMatmulMma((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, kMmaConfigs[v - 1], 0));
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms;

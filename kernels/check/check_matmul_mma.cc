@@ -31,7 +31,6 @@ void CheckMatmulMma(bool quick) {
   const std::vector<q::Type> types = {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K};
   const std::vector<int64_t> Ts = quick ? std::vector<int64_t>{1, 2, 9, 33}
                                         : std::vector<int64_t>{1, 2, 3, 7, 8, 9, 17, 33, 64, 100, 256, 2048};
-  const lk::MmaConfig cfgs[9] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8, lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64, lk::MmaConfig::kStaged16x8, lk::MmaConfig::k64x32, lk::MmaConfig::k32x32};
   std::string type_names;
   int64_t shapes = 0;
   for (q::Type ty : types) {
@@ -67,7 +66,7 @@ void CheckMatmulMma(bool quick) {
         char ctx[160];
         std::snprintf(ctx, sizeof ctx, "%s rows=%" PRId64 " cols=%" PRId64 " T=%" PRId64, tr.name, rows, cols, T);
         int64_t bad = 0;
-        for (lk::MmaConfig cfg : cfgs) {
+        for (lk::MmaConfig cfg : kMmaConfigs) {
           yc.Poison();
           LAUNCH(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0));
           const auto hc = yc.Down();
