@@ -737,15 +737,19 @@ bool MatmulAutoUsesMma(uint32_t type_id) {
   return type_id == (uint32_t)q::Type::Q4_K || type_id == (uint32_t)q::Type::Q6_K || type_id == (uint32_t)q::Type::Q8_0;
 }
 
+size_t MatmulScratchBytes(uint32_t type_id, int64_t T, int64_t cols) {
+  return MatmulAutoUsesMma(type_id) ? MatmulMmaScratchBytes(type_id, T, cols, MmaConfig::kAutoByT) : 0;
+}
+
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                          const float* x, int64_t T, float* y, float w_scale, MatmulRoute route,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, MatmulScratch scratch) {
   if (matmul_internal::OddColsFloat(type_id, cols)) {
     return matmul_internal::LaunchMatmulOddCols(type_id, w, rows, cols, x, T, y, w_scale, stream);
   }
   if (!MatmulSupportsType(type_id) || !ShapeOk(type_id, rows, cols) || T < 1) return cudaErrorInvalidValue;
   if (route == MatmulRoute::kMma || (route == MatmulRoute::kAuto && MatmulAutoUsesMma(type_id))) {
-    return LaunchMatmulMma(type_id, w, rows, cols, x, T, y, w_scale, MmaConfig::kAutoByT, stream);
+    return LaunchMatmulMma(type_id, w, rows, cols, x, T, y, w_scale, MmaConfig::kAutoByT, stream, scratch);
   }
   if (w == nullptr || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(w) % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) {

@@ -367,6 +367,83 @@ LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint
   (StoredChunk<kType, kMR, kCols, kSubs>(wrow, b, hdr, st, lc0, tt, g, t, bias, acc), ...);
 }
 
+// The split once per launch (kernels/matmul_mma.h, MatmulScratch): SplitKernel writes every (token,
+// chunk)'s fragments to the caller's scratch, and the K-split kernel's warps read them there
+// instead of splitting their tokens' chunks themselves (which repeats the split in every CTA of a
+// token column: rows / (16 kMR) times). SplitKernel runs SplitX on the same raw elements with the
+// same 4 lanes per item, so the fragments, and the bits, are those of the split in the kernel.
+struct PreSplit {
+  const uint4* h = nullptr;    // [T][nch][4]: token n, chunk c, lane part t at (n * nch + c) * 4 + t
+  const uint4* l = nullptr;
+  const float2* sx = nullptr;  // [T][nch]: (2^-e, chunk sum)
+  int64_t nch = 0;             // chunks per row: cols / 32
+  __host__ __device__ static constexpr int64_t Bytes(int64_t T, int64_t cols) { return T * (cols / 32) * (2 * 64 + 8); }
+};
+
+// One warp per 8 items (token, chunk) = lane group g; the 4 lanes of a group run SplitX together.
+__global__ void __launch_bounds__(kSeg * 32) SplitKernel(const float* __restrict__ x, int64_t T, int64_t cols,
+                                                         uint4* __restrict__ h, uint4* __restrict__ l,
+                                                         float2* __restrict__ sx) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t nch = cols / 32, items = T * nch;
+  const int64_t it0 = ((int64_t)blockIdx.x * kSeg + threadIdx.x / 32) * 8;
+  if (it0 >= items) return;  // whole warps only: every lane of a live warp runs the shuffles
+  const int64_t it = min(it0 + g, items - 1);
+  XFrag f;
+  LoadX(x + (it / nch) * cols + 32 * (it % nch), t, f);
+  if (it0 + g < items) {
+    h[it * 4 + t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
+    l[it * 4 + t] = make_uint4(f.l[0][0], f.l[0][1], f.l[1][0], f.l[1][1]);
+    if (t == 0) sx[it] = make_float2(f.isc, f.sum);
+  }
+}
+
+// SplitKernel into scratch (>= PreSplit::Bytes(T, cols), 16-byte aligned: LaunchTyped checks),
+// and ps pointing at it.
+cudaError_t LaunchSplit(const float* x, int64_t T, int64_t cols, MatmulScratch scratch, PreSplit& ps,
+                        cudaStream_t stream) {
+  const int64_t nch = cols / 32, items = T * nch;
+  uint4* h = static_cast<uint4*>(scratch.data);
+  uint4* l = h + items * 4;
+  float2* sx = reinterpret_cast<float2*>(l + items * 4);
+  const int64_t blocks = (items + 8 * kSeg - 1) / (8 * kSeg);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  SplitKernel<<<(unsigned)blocks, kSeg * 32, 0, stream>>>(x, T, cols, h, l, sx);
+  ps.h = h, ps.l = l, ps.sx = sx, ps.nch = nch;
+  return cudaGetLastError();
+}
+
+// Chunk kSub of block b with its fragments read from the split (OneChunk's values: token xn[ni]
+// of lane group g, and the C fragment's columns' tokens cn[ni][j] = token 2t + j of the n-tile).
+template <uint32_t kType, int kMR, int kNR, int kSub>
+LS_DEV void PreChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
+                     const PreSplit& ps, const int64_t (&xn)[kNR], const int64_t (&cn)[kNR][2], int t, __half2 bias,
+                     float (&acc)[kMR][kNR][4]) {
+  using WT = MmaType<kType>;
+  const int64_t c = b * WT::kCPB + kSub;
+  XTile<kNR> xt;
+#pragma unroll
+  for (int ni = 0; ni < kNR; ++ni) {
+    const uint4 h = __ldg(ps.h + (xn[ni] * ps.nch + c) * 4 + t), l = __ldg(ps.l + (xn[ni] * ps.nch + c) * 4 + t);
+    xt.bh[ni][0] = h.x, xt.bh[ni][1] = h.y, xt.bh[ni][2] = h.z, xt.bh[ni][3] = h.w;
+    xt.bl[ni][0] = l.x, xt.bl[ni][1] = l.y, xt.bl[ni][2] = l.z, xt.bl[ni][3] = l.w;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float2 v = __ldg(ps.sx + cn[ni][j] * ps.nch + c);
+      xt.isc[ni][j] = v.x, xt.xs[ni][j] = v.y;
+    }
+  }
+  ChunkMath<kType, kMR, kNR, kSub>(wrow, b, hdr, xt, t, bias, acc);
+}
+
+template <uint32_t kType, int kMR, int kNR, int... kSubs>
+LS_DEV void PreChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[kMR][2], int64_t b,
+                             const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const PreSplit& ps,
+                             const int64_t (&xn)[kNR], const int64_t (&cn)[kNR][2], int t, __half2 bias,
+                             float (&acc)[kMR][kNR][4]) {
+  (PreChunk<kType, kMR, kNR, kSubs>(wrow, b, hdr, ps, xn, cn, t, bias, acc), ...);
+}
+
 // The expert-indexed form of the K-split kernel (LaunchMatmulMmaExperts): ids == nullptr for a
 // plain matmul.
 struct ExpertRows {
@@ -375,13 +452,14 @@ struct ExpertRows {
   bool x_per_token = false;      // x row i / k, else i
 };
 
-template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false>
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false>
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
-                ExpertRows ex) {
+                ExpertRows ex, PreSplit ps) {
   using WT = MmaType<kType>;
   static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
+  static_assert(!(kOnce && kPre), "one source of fragments");
   static_assert(!kT1 || kOnce, "the T = 1 form is a form of the split once");
   extern __shared__ __align__(16) float red[];  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -419,6 +497,15 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
     const int64_t n = tok0 + 8 * ni + g;
     xrow[ni] = x + (n < T ? n : T - 1) * cols;
   }
+  [[maybe_unused]] int64_t xn[kNR], cn[kNR][2];  // kPre: the tokens of xrow and of the C fragment's columns
+  if constexpr (kPre) {
+#pragma unroll
+    for (int ni = 0; ni < kNR; ++ni) {
+      xn[ni] = min(tok0 + 8 * ni + g, T - 1);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) cn[ni][j] = min(tok0 + 8 * ni + 2 * t + j, T - 1);
+    }
+  }
   float acc[kMR][kNR][4];
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi)
@@ -443,6 +530,8 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
     if constexpr (kOnce) {
       StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt,
                                                    g, t, bias, acc);
+    } else if constexpr (kPre) {
+      PreChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, ps, xn, cn, t, bias, acc);
     } else {
       ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
     }
@@ -519,7 +608,7 @@ LS_DEV void CpAsync16Z(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
 }
 
-template <uint32_t kType>
+template <uint32_t kType, bool kPre>
 struct TiledCtx {
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
@@ -532,6 +621,11 @@ struct TiledCtx {
   const float* xs_row;
   int st_tok, st_t, wm, wn, g, t;
   XRaw raw[kTStep];
+  // kPre: the staging thread's fragments of the next step, read from the split once per launch.
+  PreSplit ps;
+  int64_t st_n;  // the staging thread's token (clamped, as xs_row)
+  uint4 ph[kTStep], pl[kTStep];
+  float2 psx[kTStep];
 
   LS_DEV uint4* Xh(int buf) const { return reinterpret_cast<uint4*>(xbuf + buf * G::kXBytes); }
   LS_DEV uint4* Xl(int buf) const { return Xh(buf) + G::kXFrag; }
@@ -564,7 +658,13 @@ struct TiledCtx {
 #pragma unroll
     for (int kc = 0; kc < kTStep; ++kc) {
       const int64_t c = kTStep * s + kc;
-      if (c < nch) raw[kc] = LoadXRaw(xs_row + 32 * c, st_t);
+      if (c >= nch) continue;
+      if constexpr (kPre) {
+        ph[kc] = __ldg(ps.h + (st_n * nch + c) * 4 + st_t), pl[kc] = __ldg(ps.l + (st_n * nch + c) * 4 + st_t);
+        if (st_t == 0) psx[kc] = __ldg(ps.sx + st_n * nch + c);
+      } else {
+        raw[kc] = LoadXRaw(xs_row + 32 * c, st_t);
+      }
     }
   }
   // Step s: split its raw activations into buffer s & 1, wait for a weight stage that starts
@@ -573,7 +673,11 @@ struct TiledCtx {
     const int buf = (int)(s & 1);
 #pragma unroll
     for (int kc = 0; kc < kTStep; ++kc) {
-      if (kTStep * s + kc < nch) {  // uniform over the CTA: SplitX's shuffles see every lane
+      if (kPre && kTStep * s + kc < nch) {
+        Xh(buf)[(kc * kTBN + st_tok) * 4 + st_t] = ph[kc];
+        Xl(buf)[(kc * kTBN + st_tok) * 4 + st_t] = pl[kc];
+        if (st_t == 0) Xi(buf)[kc * kTBN + st_tok] = psx[kc].x, Xs(buf)[kc * kTBN + st_tok] = psx[kc].y;
+      } else if (kTStep * s + kc < nch) {  // uniform over the CTA: SplitX's shuffles see every lane
         XFrag f;
         SplitX(raw[kc], f);
         Xh(buf)[(kc * kTBN + st_tok) * 4 + st_t] = make_uint4(f.h[0][0], f.h[0][1], f.h[1][0], f.h[1][1]);
@@ -615,8 +719,8 @@ struct TiledCtx {
   }
 };
 
-template <uint32_t kType, int kSub>
-LS_DEV void TiledChunk(TiledCtx<kType>& cx, int64_t c, const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias,
+template <uint32_t kType, bool kPre, int kSub>
+LS_DEV void TiledChunk(TiledCtx<kType, kPre>& cx, int64_t c, const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias,
                        float (&acc)[kTM][kTN][4]) {
   using WT = MmaType<kType>;
   if (c % kTStep == 0) cx.Step(c / kTStep);
@@ -651,20 +755,21 @@ LS_DEV void TiledChunk(TiledCtx<kType>& cx, int64_t c, const uint8_t* const (&wr
   }
 }
 
-template <uint32_t kType, int... kSubs>
-LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledCtx<kType>& cx, int64_t c0,
+template <uint32_t kType, bool kPre, int... kSubs>
+LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledCtx<kType, kPre>& cx, int64_t c0,
                        const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias, float (&acc)[kTM][kTN][4]) {
-  (TiledChunk<kType, kSubs>(cx, c0 + kSubs, wrow, lb, bias, acc), ...);
+  (TiledChunk<kType, kPre, kSubs>(cx, c0 + kSubs, wrow, lb, bias, acc), ...);
 }
 
-template <uint32_t kType>
+template <uint32_t kType, bool kPre>
 __global__ void __launch_bounds__(kSeg * 32, TiledGeom<kType>::kMinBlocks)
 MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
-                     const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int units) {
+                     const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int units,
+                     PreSplit ps) {
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
   extern __shared__ __align__(16) uint8_t tsm[];
-  TiledCtx<kType> cx;
+  TiledCtx<kType, kPre> cx;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   cx.g = lane / 4, cx.t = lane % 4, cx.wm = warp % kTWM, cx.wn = warp / kTWM;
   cx.w = w, cx.rows = rows, cx.row_bytes = row_bytes;
@@ -676,7 +781,9 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
   cx.wring = tsm, cx.xbuf = tsm + 2 * cx.wbytes;
   cx.stab = reinterpret_cast<float2*>(cx.xbuf + 2 * G::kXBytes);
   cx.st_tok = threadIdx.x / 4, cx.st_t = threadIdx.x % 4;
-  cx.xs_row = x + (tok0 + cx.st_tok < T ? tok0 + cx.st_tok : T - 1) * cols;
+  cx.st_n = tok0 + cx.st_tok < T ? tok0 + cx.st_tok : T - 1;
+  cx.xs_row = x + cx.st_n * cols;
+  cx.ps = ps;
   const __half2 bias = __float2half2_rn((float)WT::kBias);
   cx.IssueW(0);
   cx.LoadRaw(0);
@@ -719,7 +826,7 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
     for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) wrow[mi][h] = cx.WRow(j, mi, h);
-    TiledBlock<kType>(std::make_integer_sequence<int, WT::kCPB>{}, cx, b * WT::kCPB, wrow, lb, bias, acc);
+    TiledBlock<kType, kPre>(std::make_integer_sequence<int, WT::kCPB>{}, cx, b * WT::kCPB, wrow, lb, bias, acc);
   }
   while (seg < kSeg) fold();
 #pragma unroll
@@ -968,9 +1075,9 @@ cudaError_t LaunchStaged(const uint8_t* w, int64_t rows, int64_t cols, const flo
               : LaunchStagedAs<kType, 2, false>(w, rows, cols, x, T, y, w_scale, tmax, smem, gx, (int)gy, stream);
 }
 
-template <uint32_t kType>
-cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
-                        float w_scale, cudaStream_t stream) {
+template <uint32_t kType, bool kPre>
+cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+                          float w_scale, MatmulScratch scratch, cudaStream_t stream) {
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
@@ -979,23 +1086,36 @@ cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const floa
   const int smem = G::Bytes(units);
   static bool attr_set = false;
   if (!attr_set) {
-    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
+    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType, kPre>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
   const int64_t gy = (T + kTBN - 1) / kTBN;
   if (gy > 65535) return cudaErrorInvalidValue;
+  PreSplit ps;
+  if constexpr (kPre) {
+    const cudaError_t e = LaunchSplit(x, T, cols, scratch, ps, stream);
+    if (e != cudaSuccess) return e;
+  }
   const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy);
-  MatmulMmaTiledKernel<kType><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units);
+  MatmulMmaTiledKernel<kType, kPre><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units, ps);
   return cudaGetLastError();
+}
+
+template <uint32_t kType>
+cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+                        float w_scale, MatmulScratch scratch, cudaStream_t stream) {
+  if (scratch.data != nullptr) return LaunchTiledAs<kType, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+  return LaunchTiledAs<kType, false>(w, rows, cols, x, T, y, w_scale, scratch, stream);
 }
 
 // kOnce (one n-tile, T <= 2): the activation split once per (token, chunk) in a SplitStore per
 // warp; the bits are those of the split in every lane group. kT1: T = 1, the unstored columns of
-// the C fragment not computed.
-template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false>
+// the C fragment not computed. kPre: the split once per launch into the caller's scratch
+// (SplitKernel), then the K-split kernel reading it.
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false>
 cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
-                      float* y, float w_scale, cudaStream_t stream) {
+                      float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream) {
   using WT = MmaType<kType>;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
   constexpr size_t red = (size_t)kSeg * kMR * kNR * 4 * 32 * sizeof(float);
@@ -1003,7 +1123,7 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   if constexpr (red > 48 * 1024) {
     static bool attr_set = false;
     if (!attr_set) {
-      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1>,
+      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)red);
       if (e != cudaSuccess) return e;
       attr_set = true;
@@ -1011,9 +1131,23 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   }
   const int64_t gy = (T + 8 * kNR - 1) / (8 * kNR);
   if (gy > 65535) return cudaErrorInvalidValue;
+  PreSplit ps;
+  if constexpr (kPre) {
+    const cudaError_t e = LaunchSplit(x, T, cols, scratch, ps, stream);
+    if (e != cudaSuccess) return e;
+  }
   const dim3 grid((unsigned)((rows + 16 * kMR - 1) / (16 * kMR)), (unsigned)gy);
-  MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{});
+  MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{}, ps);
   return cudaGetLastError();
+}
+
+// A K-split configuration without the split once per warp: the split once per launch when the
+// caller gave scratch (MatmulScratch), else in the kernel.
+template <uint32_t kType, int kMR, int kNR>
+cudaError_t LaunchSplitCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+                           float w_scale, MatmulScratch scratch, cudaStream_t stream) {
+  if (scratch.data != nullptr) return LaunchCfg<kType, kMR, kNR, false, false, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+  return LaunchCfg<kType, kMR, kNR>(w, rows, cols, x, T, y, w_scale, scratch, stream);
 }
 
 // The auto configuration by type and T (docs/kernels.md runs 9, 16 and 17; the layer-set bench,
@@ -1035,25 +1169,40 @@ MmaConfig AutoConfig(int64_t T) {
   return T <= 96 ? MmaConfig::k32x32 : (T <= 192 ? MmaConfig::k64x32 : MmaConfig::kTiled128x64);
 }
 
+// Whether configuration cfg (not auto) at T splits the activations once per launch given scratch.
+bool UsesPreSplit(MmaConfig cfg, int64_t T) {
+  switch (cfg) {
+    case MmaConfig::k16x8: return T > 2;  // T <= 2: the split once per warp (kOnce)
+    case MmaConfig::k32x8: case MmaConfig::k64x8: case MmaConfig::k64x16: case MmaConfig::k32x16:
+    case MmaConfig::k64x32: case MmaConfig::k32x32: case MmaConfig::kTiled128x64: return true;
+    default: return false;  // the staged kernel splits in shared memory
+  }
+}
+
 template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
-                        float* y, float w_scale, MmaConfig cfg, cudaStream_t stream) {
+                        float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
   if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(T);
+  if (scratch.data != nullptr && UsesPreSplit(cfg, T) &&
+      ((int64_t)scratch.bytes < PreSplit::Bytes(T, cols) || reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
+    return cudaErrorInvalidValue;  // scratch given but unusable: never a silent change of path
+  }
+  if (!UsesPreSplit(cfg, T)) scratch = MatmulScratch{};
   switch (cfg) {
     case MmaConfig::k16x8:
       // The split once measured 17-21% faster at T = 1, 2-13% at T = 2 and 14% slower for Q4_K
       // at T = 4 (docs/kernels.md run 12).
-      if (T == 1) return LaunchCfg<kType, 1, 1, true, true>(w, rows, cols, x, T, y, w_scale, stream);
-      return T <= 2 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, stream)
-                    : LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k32x8: return LaunchCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k64x8: return LaunchCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k64x16: return LaunchCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k32x16: return LaunchCfg<kType, 2, 2>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k64x32: return LaunchCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::k32x32: return LaunchCfg<kType, 2, 4>(w, rows, cols, x, T, y, w_scale, stream);
-    case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, stream);
+      if (T == 1) return LaunchCfg<kType, 1, 1, true, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+      return T <= 2 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, scratch, stream)
+                    : LaunchSplitCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::k32x8: return LaunchSplitCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::k64x8: return LaunchSplitCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::k64x16: return LaunchSplitCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::k32x16: return LaunchSplitCfg<kType, 2, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::k64x32: return LaunchSplitCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::k32x32: return LaunchSplitCfg<kType, 2, 4>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, stream);
     case MmaConfig::kStaged16x8: return LaunchStaged<kType>(w, rows, cols, x, T, y, w_scale, stream);
     default: return cudaErrorInvalidValue;
   }
@@ -1076,7 +1225,7 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
     const float* xs = x;
     xs += (x_per_token ? i0 / k : i0) * cols;
     MatmulMmaKernel<kType, 1, 1, true, true><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
-        w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex);
+        w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex, PreSplit{});
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
@@ -1112,18 +1261,31 @@ bool MatmulMmaSupportsType(uint32_t type_id) {
   }
 }
 
+size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t T, int64_t cols, MmaConfig config) {
+  if (T < 1 || cols < 32) return 0;
+  if (config == MmaConfig::kAutoByT) {
+    switch ((q::Type)type_id) {
+      case q::Type::Q4_K: config = AutoConfig<(uint32_t)q::Type::Q4_K>(T); break;
+      case q::Type::Q8_0: config = AutoConfig<(uint32_t)q::Type::Q8_0>(T); break;
+      case q::Type::Q6_K: config = AutoConfig<(uint32_t)q::Type::Q6_K>(T); break;
+      default: return 0;
+    }
+  }
+  return UsesPreSplit(config, T) ? (size_t)PreSplit::Bytes(T, cols) : 0;
+}
+
 cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                             const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, MatmulScratch scratch) {
   q::TypeTraits tr;
   if (!MatmulMmaSupportsType(type_id) || !q::LookupType(type_id, &tr)) return cudaErrorInvalidValue;
   if (rows < 1 || T < 1 || cols < 32 || cols % 32 != 0 || cols % tr.block_size != 0) return cudaErrorInvalidValue;
   if (w == nullptr || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(w) % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return cudaErrorInvalidValue;
   switch ((q::Type)type_id) {
-    case q::Type::Q4_K: return LaunchTyped<(uint32_t)q::Type::Q4_K>(w, rows, cols, x, T, y, w_scale, config, stream);
-    case q::Type::Q8_0: return LaunchTyped<(uint32_t)q::Type::Q8_0>(w, rows, cols, x, T, y, w_scale, config, stream);
-    case q::Type::Q6_K: return LaunchTyped<(uint32_t)q::Type::Q6_K>(w, rows, cols, x, T, y, w_scale, config, stream);
+    case q::Type::Q4_K: return LaunchTyped<(uint32_t)q::Type::Q4_K>(w, rows, cols, x, T, y, w_scale, config, scratch, stream);
+    case q::Type::Q8_0: return LaunchTyped<(uint32_t)q::Type::Q8_0>(w, rows, cols, x, T, y, w_scale, config, scratch, stream);
+    case q::Type::Q6_K: return LaunchTyped<(uint32_t)q::Type::Q6_K>(w, rows, cols, x, T, y, w_scale, config, scratch, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lockstep::kernels {
@@ -43,13 +44,29 @@ enum class MmaConfig : int {
   k32x32 = 9,   // 2 x 4
 };
 
+// Scratch for the split once per launch: with it, the K-split configurations (all but the tiled and
+// staged kernels, and 16x8 at T <= 2, which splits once per warp) split each (token, chunk) of x
+// once into the scratch (one small kernel) and read the fragments there, instead of splitting a
+// token's chunk again in every CTA of its column. The fragments are the same values, so the bits
+// are the same with or without it; without it (data == nullptr) the kernel splits, slower.
+struct MatmulScratch {
+  void* data = nullptr;  // device, 16-byte aligned
+  size_t bytes = 0;
+};
+
+// Bytes of scratch a launch of (type, T, cols, config) uses: T * cols / 32 * 136 where the chosen
+// configuration splits once per launch, else 0.
+size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t T, int64_t cols, MmaConfig config);
+
 // As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,
 // 4-byte aligned; x in, device, [T, cols] float, 16-byte aligned; y out, device, [T, rows].
-// cols: a multiple of the type's block size. Returns cudaErrorInvalidValue for an unsupported
-// type or shape.
+// cols: a multiple of the type's block size. scratch: none, or at least MatmulMmaScratchBytes
+// bytes, 16-byte aligned, not read by anyone else until the launch is done on the stream.
+// Returns cudaErrorInvalidValue for an unsupported type or shape, or scratch given that is too
+// small or misaligned for the configuration.
 cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                             const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
-                            cudaStream_t stream);
+                            cudaStream_t stream, MatmulScratch scratch = {});
 
 // The expert-indexed form (kernels/moe.h LaunchMatmulExperts, which calls it for the types where
 // LaunchMatmul takes this route): y[i, r] = sum_c W_e[r, c] * x[xi, c], e = ids[i], with exactly

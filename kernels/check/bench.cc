@@ -23,13 +23,20 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 }
 
 // Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the auto route,
-// T in {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}; sum of single-launch medians, two weight copies.
+// T in {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}; sum of single-launch medians, two weight
+// copies. Columns: auto without scratch, auto with it (the backend's call: the split once per
+// launch, kernels/matmul_mma.h), each configuration without scratch, then (T <= 256) each K-split
+// configuration with it ("+s").
 void BenchMmaConfigs() {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   struct M { int64_t rows, cols; };
   const std::vector<M> layer = {{4096, 4096}, {1024, 4096}, {1024, 4096}, {4096, 4096}, {14336, 4096}, {14336, 4096}, {4096, 14336}};
+  constexpr size_t kCfgs = std::size(kMmaConfigs);
+  // Variant v: 0 auto, 1 auto + scratch, 2..kCfgs+1 config v - 2, then config v - kCfgs - 2 + scratch.
+  auto cfg_of = [&](size_t v) { return v < 2 ? lk::MmaConfig::kAutoByT : kMmaConfigs[(v - 2) % kCfgs]; };
+  auto with_scratch = [&](size_t v) { return v == 1 || v >= 2 + kCfgs; };
   for (q::Type ty : {q::Type::Q4_K, q::Type::Q8_0, q::Type::Q6_K}) {
     const auto tr = Tr(ty);
     std::vector<Dev<uint8_t>*> ws[2];
@@ -41,23 +48,37 @@ void BenchMmaConfigs() {
         ws[c].push_back(d);
         if (c == 0) bytes += d->n;
       }
-    std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, the auto route (float or MMA, matmul.h) first\n", tr.name, bytes / 1e6);
-    std::printf("%6s %9s", "T", "auto");
+    std::printf("MMA configs %s (layer set %.1f MB): ms per layer set, the auto route (float or MMA, matmul.h) first; +s: with scratch\n", tr.name, bytes / 1e6);
+    std::printf("%6s %9s %9s", "T", "auto", "auto+s");
     for (const char* n : kMmaConfigNames) std::printf(" %9s", n);
+    for (size_t c = 0; c < kCfgs; ++c)
+      if (lk::MatmulMmaScratchBytes((uint32_t)ty, 64, 4096, kMmaConfigs[c]) > 0) std::printf(" %9s", (std::string(kMmaConfigNames[c]) + "+s").c_str());
     std::printf("\n");
     for (int64_t T : {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
-      double t[1 + std::size(kMmaConfigs)] = {};
+      Dev<uint8_t> scratch(lk::MatmulMmaScratchBytes((uint32_t)ty, T, 14336, lk::MmaConfig::k32x8));
+      std::vector<double> t;
       const int reps = T <= 64 ? 30 : 5;
-      for (size_t v = 0; v < std::size(t); ++v) {
+      for (size_t v = 0; v < 2 + 2 * kCfgs; ++v) {
+        const lk::MmaConfig cfg = cfg_of(v);
+        // The "+s" columns: K-split configurations only (the tiled and staged kernels take no
+        // scratch), and T <= 256.
+        if (v >= 2 + kCfgs && lk::MatmulMmaScratchBytes((uint32_t)ty, 64, 4096, cfg) == 0) continue;
+        if (v >= 2 + kCfgs && T > 256) {
+          t.push_back(-1);
+          continue;
+        }
+        double sum = 0;
         for (size_t i = 0; i < layer.size(); ++i) {
+          const size_t sb = with_scratch(v) ? lk::MatmulMmaScratchBytes((uint32_t)ty, T, layer[i].cols, cfg) : 0;
+          const lk::MatmulScratch sc = sb > 0 ? lk::MatmulScratch{scratch.p, scratch.n} : lk::MatmulScratch{};
           std::vector<float> ts;
           for (int r = -1; r < reps; ++r) {
             const auto* w = ws[(r + 2) % 2][i];
             CK(cudaEventRecord(e0));
-            if (v == 0) CK(lk::LaunchMatmul((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0));
-            else CK(lk::LaunchMatmulMma((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, kMmaConfigs[v - 1], 0));
+            if (v < 2) CK(lk::LaunchMatmul((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0, sc));
+            else CK(lk::LaunchMatmulMma((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, cfg, 0, sc));
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms;
@@ -65,11 +86,15 @@ void BenchMmaConfigs() {
             if (r >= 0) ts.push_back(ms);
           }
           std::sort(ts.begin(), ts.end());
-          t[v] += ts[ts.size() / 2];
+          sum += ts[ts.size() / 2];
         }
+        t.push_back(sum);
       }
       std::printf("%6" PRId64, T);
-      for (double v : t) std::printf(" %9.4f", v);
+      for (double v : t) {
+        if (v < 0) std::printf(" %9s", "-");
+        else std::printf(" %9.4f", v);
+      }
       std::printf("\n");
       std::fflush(stdout);
     }

@@ -65,14 +65,34 @@ void CheckMatmulMma(bool quick) {
         const auto ha = ya.Down();
         char ctx[160];
         std::snprintf(ctx, sizeof ctx, "%s rows=%" PRId64 " cols=%" PRId64 " T=%" PRId64, tr.name, rows, cols, T);
-        int64_t bad = 0;
-        for (lk::MmaConfig cfg : kMmaConfigs) {
+        // Every configuration, and auto, with the split once per launch (scratch, poisoned
+        // first) and without it.
+        int64_t bad = 0, bad_pre = 0, pre_runs = 0;
+        for (int ci = -1; ci < (int)std::size(kMmaConfigs); ++ci) {
+          const lk::MmaConfig cfg = ci < 0 ? lk::MmaConfig::kAutoByT : kMmaConfigs[ci];
+          const size_t sb = lk::MatmulMmaScratchBytes((uint32_t)ty, T, cols, cfg);
+          if (ci >= 0) {
+            yc.Poison();
+            LAUNCH(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0));
+            const auto hc = yc.Down();
+            for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hc[i]);
+          }
+          if (sb == 0) continue;
+          ++pre_runs;
+          Dev<uint8_t> scratch(sb);
+          CK(cudaMemset(scratch.p, 0xFF, sb));  // NaN bit patterns where a fragment is not written
           yc.Poison();
-          LAUNCH(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0));
+          LAUNCH(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0, {scratch.p, sb}));
           const auto hc = yc.Down();
-          for (size_t i = 0; i < ha.size(); ++i) bad += !SameBits(ha[i], hc[i]);
+          for (size_t i = 0; i < ha.size(); ++i) bad_pre += !SameBits(ha[i], hc[i]);
+          // Scratch one byte short is refused, not used in part.
+          inv->Bit(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0, {scratch.p, sb - 1}) ==
+                       cudaErrorInvalidValue,
+                   std::string(ctx) + ": scratch one byte short was not refused");
         }
         inv->Bit(bad == 0, std::string(ctx) + ": a tile configuration changed bits");
+        inv->Bit(bad_pre == 0, std::string(ctx) + ": the split once per launch changed bits");
+        inv->Bit(pre_runs >= 6, std::string(ctx) + ": the six K-split configurations did not all take the split once per launch");
         std::vector<int64_t> ts;
         if (T <= 9) {
           for (int64_t t = 0; t < T; ++t) ts.push_back(t);
@@ -107,7 +127,8 @@ void CheckMatmulMma(bool quick) {
   }
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096, weights 16-byte aligned or 4 bytes off; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
-  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T); row t of T-row call == T=1 call";
+  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T), "
+                "each K-split config and auto also with the split once per launch (scratch poisoned; one byte short refused); row t of T-row call == T=1 call";
 }
 
 }  // namespace lockstep::kernels::check

@@ -100,6 +100,7 @@ CudaBackend::~CudaBackend() {
   if (meta_dev_ != nullptr) cudaFree(meta_dev_);
   if (attn_ws_ != nullptr) cudaFree(attn_ws_);
   if (greedy_ws_ != nullptr) cudaFree(greedy_ws_);
+  if (matmul_ws_ != nullptr) cudaFree(matmul_ws_);
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (staged_ != nullptr) cudaEventDestroy(staged_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -418,7 +419,12 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
         static_cast<void*>(x.data))));
   }
   if (x.rows == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(bool launch, Enter(w.data, OpHash(2).Mix(w.data).Mix(x).Mix(y).value()));
+  // The MMA route splits the activations once into this scratch (the same bits as without it).
+  const int64_t ws = static_cast<int64_t>(kernels::MatmulScratchBytes(static_cast<uint32_t>(w.type), x.rows, w.cols));
+  if (ws > 0 && mode_ != Mode::kReplay) {
+    RETURN_IF_ERROR(Reserve(matmul_ws_, matmul_ws_capacity_, ws, "matmul scratch"));
+  }
+  ASSIGN_OR_RETURN(bool launch, Enter(w.data, OpHash(2).Mix(w.data).Mix(x).Mix(y).Mix(ws > 0 ? matmul_ws_ : nullptr).value()));
   if (!launch) return absl::OkStatus();
   return Timed(
       "MatMul",
@@ -427,9 +433,11 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
                                x.rows == 1 ? "=1" : x.rows <= 8 ? "<=8" : ">8");
       },
       [&] {
+        kernels::MatmulScratch scratch;
+        if (ws > 0) scratch = {matmul_ws_, static_cast<size_t>(matmul_ws_capacity_)};
         return kernels::LaunchMatmul(static_cast<uint32_t>(w.type), w.data, w.rows, w.cols,
                                      x.data, x.rows, y.data, 1.0f, kernels::MatmulRoute::kAuto,
-                                     stream_);
+                                     stream_, scratch);
       });
 }
 

@@ -179,6 +179,8 @@ class CudaBackend final : public StepBackend {
   int64_t attn_ws_capacity_ = 0;
   void* greedy_ws_ = nullptr;  // GreedyTokens' per-chunk partials
   int64_t greedy_ws_capacity_ = 0;
+  void* matmul_ws_ = nullptr;  // MatMul's activation split (kernels/matmul.h MatmulScratch)
+  int64_t matmul_ws_capacity_ = 0;
 
   // Graph state of the current step.
   Mode mode_ = Mode::kEager;
