@@ -4,6 +4,8 @@
 // matmul_mma_ksplit.cu, matmul_mma_tiled.cu and matmul_mma_staged.cu.
 #include "kernels/matmul_mma.h"
 
+#include <type_traits>
+
 #include "engine/quant/types.h"
 #include "kernels/matmul_mma_common.cuh"
 
@@ -12,32 +14,36 @@ namespace {
 
 using namespace mma_internal;  // NOLINT: the route's own internals
 
-// The auto configuration by type and T (docs/kernels.md runs 9, 16 and 17; the layer-set bench,
-// H100). Q4_K and Q6_K: 16x8 up to 8 tokens, 32x16 up to 16, then four n-tiles a CTA (each
-// chunk's weight fragments serve 32 tokens): 32x32 (Q6_K up to 192, Q4_K up to 96), 64x32 (Q4_K
-// up to 192), the tiled kernel beyond. Q8_0 (34-byte blocks, read by 16-bit loads): the staged
-// kernel up to 4 tokens, 16x8 up to 8, 32x16 up to 32, 64x32 up to 128, the tiled kernel beyond.
-// Every configuration gives the same bits.
+// The auto configuration by type and T, and where it takes the split once per launch (docs/kernels.md
+// runs 9, 16, 17 and 18; the layer-set bench, H100). Q4_K: 16x8 up to 8 tokens, 32x16 up to 16,
+// 32x32 up to 32, 64x32 with the split once per launch up to 256, the tiled kernel beyond (without
+// it: the tiled kernel with it measured 10% slower at T = 2048). Q6_K: 16x8 up to 8, 32x16 up to
+// 16, 32x32 up to 256, the tiled kernel beyond, each with the split once per launch past T = 8.
+// Q8_0 (34-byte blocks, read by 16-bit loads): the staged kernel up to 4 tokens, 16x8 up to 8,
+// then with the split once per launch 32x16 up to 16, 32x32 up to 32, 64x32 up to 256, the tiled
+// kernel beyond. Every configuration gives the same bits, with or without the split.
 template <uint32_t kType>
 MmaConfig AutoConfig(int64_t T) {
-  if constexpr (kType == (uint32_t)q::Type::Q8_0) {
-    if (T <= 4) return MmaConfig::kStaged16x8;
-    if (T <= 8) return MmaConfig::k16x8;
-    return T <= 32 ? MmaConfig::k32x16 : (T <= 128 ? MmaConfig::k64x32 : MmaConfig::kTiled128x64);
-  }
-  if (T <= 8) return MmaConfig::k16x8;
+  if (T <= 8) return kType == (uint32_t)q::Type::Q8_0 && T <= 4 ? MmaConfig::kStaged16x8 : MmaConfig::k16x8;
   if (T <= 16) return MmaConfig::k32x16;
-  if constexpr (kType == (uint32_t)q::Type::Q6_K) return T <= 192 ? MmaConfig::k32x32 : MmaConfig::kTiled128x64;
-  return T <= 96 ? MmaConfig::k32x32 : (T <= 192 ? MmaConfig::k64x32 : MmaConfig::kTiled128x64);
+  if (T <= 32) return MmaConfig::k32x32;
+  if (T > 256) return MmaConfig::kTiled128x64;
+  return kType == (uint32_t)q::Type::Q6_K ? MmaConfig::k32x32 : MmaConfig::k64x32;
 }
 
-// Whether configuration cfg (not auto) at T splits the activations once per launch given scratch.
+// Whether configuration cfg (not auto) at T splits the activations once per launch given scratch:
+// every K-split configuration and the tiled kernel, except where the layer-set bench of run 18
+// measured it slower: 16x8 (at T = 3..8, where it is not the split once per warp: 14-18% slower
+// for Q4_K, more registers), and for Q4_K the tiled kernel and 32x32 (at T = 32).
+template <uint32_t kType>
 bool UsesPreSplit(MmaConfig cfg, int64_t T) {
+  (void)T;
+  constexpr bool kQ4K = kType == (uint32_t)q::Type::Q4_K;
   switch (cfg) {
-    case MmaConfig::k16x8: return T > 2;  // T <= 2: the split once per warp (kOnce)
     case MmaConfig::k32x8: case MmaConfig::k64x8: case MmaConfig::k64x16: case MmaConfig::k32x16:
-    case MmaConfig::k64x32: case MmaConfig::k32x32: case MmaConfig::kTiled128x64: return true;
-    default: return false;  // the staged kernel splits in shared memory
+    case MmaConfig::k64x32: return true;
+    case MmaConfig::k32x32: case MmaConfig::kTiled128x64: return !kQ4K;
+    default: return false;  // 16x8; the staged kernel splits in shared memory
   }
 }
 
@@ -46,11 +52,11 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
   if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(T);
-  if (scratch.data != nullptr && UsesPreSplit(cfg, T) &&
+  if (scratch.data != nullptr && UsesPreSplit<kType>(cfg, T) &&
       ((int64_t)scratch.bytes < PreSplit::Bytes(T, cols) || reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
     return cudaErrorInvalidValue;  // scratch given but unusable: never a silent change of path
   }
-  if (!UsesPreSplit(cfg, T)) scratch = MatmulScratch{};
+  if (!UsesPreSplit<kType>(cfg, T)) scratch = MatmulScratch{};
   switch (cfg) {
     case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, stream);
     case MmaConfig::kStaged16x8: return LaunchStaged<kType>(w, rows, cols, x, T, y, w_scale, stream);
@@ -89,15 +95,17 @@ bool MatmulMmaSupportsType(uint32_t type_id) {
 
 size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t T, int64_t cols, MmaConfig config) {
   if (T < 1 || cols < 32) return 0;
-  if (config == MmaConfig::kAutoByT) {
-    switch ((q::Type)type_id) {
-      case q::Type::Q4_K: config = AutoConfig<(uint32_t)q::Type::Q4_K>(T); break;
-      case q::Type::Q8_0: config = AutoConfig<(uint32_t)q::Type::Q8_0>(T); break;
-      case q::Type::Q6_K: config = AutoConfig<(uint32_t)q::Type::Q6_K>(T); break;
-      default: return 0;
-    }
+  auto bytes = [&](auto type_tag) -> size_t {
+    constexpr uint32_t kType = decltype(type_tag)::value;
+    const MmaConfig cfg = config == MmaConfig::kAutoByT ? AutoConfig<kType>(T) : config;
+    return UsesPreSplit<kType>(cfg, T) ? (size_t)PreSplit::Bytes(T, cols) : 0;
+  };
+  switch ((q::Type)type_id) {
+    case q::Type::Q4_K: return bytes(std::integral_constant<uint32_t, (uint32_t)q::Type::Q4_K>{});
+    case q::Type::Q8_0: return bytes(std::integral_constant<uint32_t, (uint32_t)q::Type::Q8_0>{});
+    case q::Type::Q6_K: return bytes(std::integral_constant<uint32_t, (uint32_t)q::Type::Q6_K>{});
+    default: return 0;
   }
-  return UsesPreSplit(config, T) ? (size_t)PreSplit::Bytes(T, cols) : 0;
 }
 
 cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64_t cols,

@@ -322,7 +322,7 @@ cudaError_t LaunchKSplit(MmaConfig cfg, const uint8_t* w, int64_t rows, int64_t 
       // at T = 4 (docs/kernels.md run 12).
       if (T == 1) return LaunchCfg<kType, 1, 1, true, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
       return T <= 2 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, scratch, stream)
-                    : LaunchSplitCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+                    : LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
     case MmaConfig::k32x8: return LaunchSplitCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
     case MmaConfig::k64x8: return LaunchSplitCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
     case MmaConfig::k64x16: return LaunchSplitCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
