@@ -44,11 +44,12 @@ enum class MmaConfig : int {
   k32x32 = 9,   // 2 x 4
 };
 
-// Scratch for the split once per launch: with it, the K-split configurations (all but the tiled and
-// staged kernels, and 16x8 at T <= 2, which splits once per warp) split each (token, chunk) of x
-// once into the scratch (one small kernel) and read the fragments there, instead of splitting a
-// token's chunk again in every CTA of its column. The fragments are the same values, so the bits
-// are the same with or without it; without it (data == nullptr) the kernel splits, slower.
+// Scratch for the split once per launch: with it, the configurations that take it (by type, where
+// it measured faster: MatmulMmaScratchBytes > 0; not 16x8 nor the staged kernel) split each
+// (token, chunk) of x once into the scratch (one small kernel) and read the fragments there,
+// instead of splitting a token's chunk again in every CTA of its column. The fragments are the
+// same values, so the bits are the same with or without it; without it (data == nullptr) every
+// configuration splits in the kernel.
 struct MatmulScratch {
   void* data = nullptr;  // device, 16-byte aligned
   size_t bytes = 0;
