@@ -25,8 +25,8 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 // Llama-3-8B layer set per MMA tile configuration (all give the same bits) and the auto route,
 // T in {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}; sum of single-launch medians, two weight
 // copies. Columns: auto without scratch, auto with it (the backend's call: the split once per
-// launch, kernels/matmul_mma.h), each configuration without scratch, then (T <= 256) each K-split
-// configuration with it ("+s").
+// launch, kernels/matmul_mma.h), each configuration without scratch, then (T <= 256) each
+// configuration that takes the split for the type with it ("+s").
 void BenchMmaConfigs() {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -58,23 +58,27 @@ void BenchMmaConfigs() {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
       Dev<uint8_t> scratch(lk::MatmulMmaScratchBytes((uint32_t)ty, T, 14336, lk::MmaConfig::k32x8));
-      std::vector<double> t;
       const int reps = T <= 64 ? 30 : 5;
+      // The columns: a "+s" column only for a configuration that takes the split (by type), and
+      // only up to T = 256 (-1 prints "-"). The reps are interleaved over the columns (rep r of
+      // every column, then rep r + 1), so a drift of the clocks during the run reaches every
+      // column alike; each column is the sum over the matrices of their medians.
+      std::vector<size_t> cols;
+      std::vector<double> t;
       for (size_t v = 0; v < 2 + 2 * kCfgs; ++v) {
-        const lk::MmaConfig cfg = cfg_of(v);
-        // The "+s" columns: K-split configurations only (the tiled and staged kernels take no
-        // scratch), and T <= 256.
-        if (v >= 2 + kCfgs && lk::MatmulMmaScratchBytes((uint32_t)ty, 64, 4096, cfg) == 0) continue;
-        if (v >= 2 + kCfgs && T > 256) {
-          t.push_back(-1);
-          continue;
-        }
-        double sum = 0;
-        for (size_t i = 0; i < layer.size(); ++i) {
-          const size_t sb = with_scratch(v) ? lk::MatmulMmaScratchBytes((uint32_t)ty, T, layer[i].cols, cfg) : 0;
-          const lk::MatmulScratch sc = sb > 0 ? lk::MatmulScratch{scratch.p, scratch.n} : lk::MatmulScratch{};
-          std::vector<float> ts;
-          for (int r = -1; r < reps; ++r) {
+        if (v >= 2 + kCfgs && lk::MatmulMmaScratchBytes((uint32_t)ty, 64, 4096, cfg_of(v)) == 0) continue;
+        cols.push_back(v);
+        t.push_back(v >= 2 + kCfgs && T > 256 ? -1 : 0);
+      }
+      std::vector<std::vector<std::vector<float>>> ts(cols.size(), std::vector<std::vector<float>>(layer.size()));
+      for (int r = -1; r < reps; ++r) {
+        for (size_t k = 0; k < cols.size(); ++k) {
+          if (t[k] < 0) continue;
+          const size_t v = cols[k];
+          const lk::MmaConfig cfg = cfg_of(v);
+          for (size_t i = 0; i < layer.size(); ++i) {
+            const size_t sb = with_scratch(v) ? lk::MatmulMmaScratchBytes((uint32_t)ty, T, layer[i].cols, cfg) : 0;
+            const lk::MatmulScratch sc = sb > 0 ? lk::MatmulScratch{scratch.p, scratch.n} : lk::MatmulScratch{};
             const auto* w = ws[(r + 2) % 2][i];
             CK(cudaEventRecord(e0));
             if (v < 2) CK(lk::LaunchMatmul((uint32_t)ty, w->p, layer[i].rows, layer[i].cols, x.p, T, y.p, 1.0f, lk::MatmulRoute::kAuto, 0, sc));
@@ -83,12 +87,16 @@ void BenchMmaConfigs() {
             CK(cudaEventSynchronize(e1));
             float ms;
             CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r >= 0) ts.push_back(ms);
+            if (r >= 0) ts[k][i].push_back(ms);
           }
-          std::sort(ts.begin(), ts.end());
-          sum += ts[ts.size() / 2];
         }
-        t.push_back(sum);
+      }
+      for (size_t k = 0; k < cols.size(); ++k) {
+        if (t[k] < 0) continue;
+        for (auto& m : ts[k]) {
+          std::sort(m.begin(), m.end());
+          t[k] += m[m.size() / 2];
+        }
       }
       std::printf("%6" PRId64, T);
       for (double v : t) {
