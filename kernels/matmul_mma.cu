@@ -31,13 +31,12 @@ MmaConfig AutoConfig(int64_t T) {
   return kType == (uint32_t)q::Type::Q6_K ? MmaConfig::k32x32 : MmaConfig::k64x32;
 }
 
-// Whether configuration cfg (not auto) at T splits the activations once per launch given scratch:
+// Whether configuration cfg (not auto) splits the activations once per launch given scratch:
 // every K-split configuration and the tiled kernel, except where the layer-set bench of run 18
 // measured it slower: 16x8 (at T = 3..8, where it is not the split once per warp: 14-18% slower
 // for Q4_K, more registers), and for Q4_K the tiled kernel and 32x32 (at T = 32).
 template <uint32_t kType>
-bool UsesPreSplit(MmaConfig cfg, int64_t T) {
-  (void)T;
+bool UsesPreSplit(MmaConfig cfg) {
   constexpr bool kQ4K = kType == (uint32_t)q::Type::Q4_K;
   switch (cfg) {
     case MmaConfig::k32x8: case MmaConfig::k64x8: case MmaConfig::k64x16: case MmaConfig::k32x16:
@@ -52,11 +51,12 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
   if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(T);
-  if (scratch.data != nullptr && UsesPreSplit<kType>(cfg, T) &&
-      ((int64_t)scratch.bytes < PreSplit::Bytes(T, cols) || reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
+  if (!UsesPreSplit<kType>(cfg)) {
+    scratch = MatmulScratch{};
+  } else if (scratch.data != nullptr && ((int64_t)scratch.bytes < PreSplit::Bytes(T, cols) ||
+                                         reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
     return cudaErrorInvalidValue;  // scratch given but unusable: never a silent change of path
   }
-  if (!UsesPreSplit<kType>(cfg, T)) scratch = MatmulScratch{};
   switch (cfg) {
     case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, stream);
     case MmaConfig::kStaged16x8: return LaunchStaged<kType>(w, rows, cols, x, T, y, w_scale, stream);
@@ -98,7 +98,7 @@ size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t T, int64_t cols, MmaConfi
   auto bytes = [&](auto type_tag) -> size_t {
     constexpr uint32_t kType = decltype(type_tag)::value;
     const MmaConfig cfg = config == MmaConfig::kAutoByT ? AutoConfig<kType>(T) : config;
-    return UsesPreSplit<kType>(cfg, T) ? (size_t)PreSplit::Bytes(T, cols) : 0;
+    return UsesPreSplit<kType>(cfg) ? (size_t)PreSplit::Bytes(T, cols) : 0;
   };
   switch ((q::Type)type_id) {
     case q::Type::Q4_K: return bytes(std::integral_constant<uint32_t, (uint32_t)q::Type::Q4_K>{});
