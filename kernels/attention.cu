@@ -2,8 +2,10 @@
 // warp w owning keys 32w..32w+31 of the piece (lane = key for the scores, lane = dims for the
 // output), writes (max, sum, unnormalised output) per piece, or the finished row when the row's
 // keys lie in one piece; a combine kernel, one CTA per (head, query row), merges the pieces of
-// the other rows in order (launched only when the grid has more than one piece).
+// the other rows in order (launched only when the grid has more than one piece). The f16 shapes
+// of the MMA route (attention_internal.cuh) take attention_mma.cu's piece kernel instead.
 #include "kernels/attention.h"
+#include "kernels/attention_internal.cuh"
 
 #include "engine/quant/blocks.h"
 #include "engine/quant/decode.h"
@@ -18,6 +20,9 @@ namespace lockstep::kernels {
 namespace {
 
 namespace q = ::lockstep::quant;
+using attention_internal::FindRow;
+using attention_internal::RowInfo;
+using attention_internal::SmCount;
 
 constexpr int kThreads = 256;
 
@@ -59,25 +64,6 @@ __device__ __forceinline__ float KvElemM(uint32_t fmt, const uint8_t* row, int e
   } else {
     return KvElem(fmt, row, e);
   }
-}
-
-struct RowInfo {
-  int seq, pos, lo, hi;  // visible keys lo..hi (hi < lo: none)
-};
-
-__device__ RowInfo FindRow(const PagedAttentionParams& p, int64_t t) {
-  int a = 0, b = p.n_seq - 1;  // largest i with query_start[i] <= t
-  while (a < b) {
-    const int m = (a + b + 1) / 2;
-    if (p.query_start[m] <= t) a = m; else b = m - 1;
-  }
-  RowInfo r;
-  r.seq = a;
-  r.pos = p.positions[t];
-  const int len = p.seq_len[a];
-  r.hi = min(r.pos, len - 1);
-  r.lo = p.window > 0 ? max(0, r.pos - p.window + 1) : 0;
-  return r;
 }
 
 // The piece's dot-product classes: dim d of a score goes to class d % kScoreClasses; the class
@@ -581,7 +567,10 @@ __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p
   }
 }
 
-// The device's SM count (queried once).
+}  // namespace
+
+namespace attention_internal {
+
 int64_t SmCount() {
   static const int64_t n = [] {
     int dev = 0, v = 0;
@@ -594,8 +583,7 @@ int64_t SmCount() {
   return n;
 }
 
-// The device's opt-in shared memory per block (queried once).
-size_t GroupSmemLimit() {
+size_t SmemOptinLimit() {
   static const size_t limit = [] {
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -607,7 +595,9 @@ size_t GroupSmemLimit() {
   return limit;
 }
 
-}  // namespace
+}  // namespace attention_internal
+
+bool PagedAttentionUsesMma(const PagedAttentionParams& p) { return attention_internal::MmaRouteTakes(p); }
 
 size_t PagedAttentionWorkspaceBytes(int64_t T, int n_head, int head_dim, int max_seq_len) {
   const int64_t pieces = (max_seq_len + kAttentionPiece - 1) / kAttentionPiece;
@@ -655,8 +645,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
   // 16 (decode steps: 1); the bits do not depend on it (docs/kernels.md).
   const int G = p.n_head / p.n_kv_head;
   const size_t group_smem = MakeGroupLayout(p.head_dim, G).bytes;
-  if (fast && p.head_dim <= kGroupMaxDim && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
-      group_smem <= GroupSmemLimit()) {
+  if (attention_internal::MmaRouteTakes(p)) {
+    const cudaError_t e = attention_internal::LaunchMmaPieces(p, n_pieces, ws, stream);
+    if (e != cudaSuccess) return e;
+  } else if (fast && p.head_dim <= kGroupMaxDim && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
+      group_smem <= attention_internal::SmemOptinLimit()) {
     static size_t attr_bytes = 0;  // raised once per size (a shape's first step runs eagerly)
     if (group_smem > 48 * 1024 && group_smem > attr_bytes) {
       const cudaError_t e = cudaFuncSetAttribute(GroupKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -13,6 +13,17 @@
 // a query row's result depends only on its own sequence's cache and position, not on its
 // neighbours, the slots, the block table's fragmentation, the grid's piece count, nor on
 // whether it runs as decode or inside a prefill.
+//
+// The MMA route (attention_mma.cu; f16 K and V, head_dim 64 or 128, both caches 16-byte aligned)
+// has its own order, the same for every batch: pieces as above, but within a piece each (row,
+// query head) pair runs the piece's keys 32 at a time in key order on binary16 tensor cores with
+// an online softmax: q scaled by a power of two and split into binary16 h + l, scores as one
+// MMA chain per key over the head dim (k-steps of 16, h then l), p = expf(s - m) against the
+// running max with the previous steps rescaled by expf(m_old - m_new), each step's sum over the
+// pair's 32 keys in a fixed lane order, and the output as one MMA chain per dim over the keys
+// (k-steps of 16, p * 2^14 split into h + l). The piece records and the combine are the ones
+// above. attention_mma.cu states it operation by operation. A format and shape take one route
+// for every T, so a row's bits still depend only on its own sequence and position.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,12 +58,20 @@ struct PagedAttentionParams {
   // The grouped f16 route's work split (0: chosen by the launcher; > 0: forced, for the check
   // tool). Neither changes a bit of the output.
   int group_rows_per_cta = 0;           // query rows per CTA
-  int group_heads_per_cta = 0;          // query heads of one KV head per CTA
+  int group_heads_per_cta = 0;          // query heads of one KV head per CTA (grouped route only;
+                                        //   group_rows_per_cta also forces the MMA route's rows)
+  // Check and bench only: the f16 shapes of the MMA route run the CUDA-core routes instead
+  // (other bits). The engine never sets it.
+  bool mma_off = false;
 };
 
 // Bytes of scratch the launch needs: T * n_head * pieces * (head_dim + 2) floats, pieces =
 // ceil(max_seq_len / kAttentionPiece).
 size_t PagedAttentionWorkspaceBytes(int64_t T, int n_head, int head_dim, int max_seq_len);
+
+// Whether the launch takes the MMA route (its own bits; see above): f16 K and V, head_dim 64 or
+// 128, both caches 16-byte aligned, mma_off unset, and the device's shared memory large enough.
+bool PagedAttentionUsesMma(const PagedAttentionParams& p);
 
 // workspace: scratch, device, >= PagedAttentionWorkspaceBytes bytes, 16-byte aligned.
 // Constraints: n_head % n_kv_head == 0, 1 <= head_dim <= 256, kv_dim = n_kv_head * head_dim a

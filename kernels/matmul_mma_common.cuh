@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "engine/quant/types.h"
+#include "kernels/mma_sync.cuh"
 #include "kernels/matmul_mma.h"
 
 namespace lockstep::kernels::mma_internal {
@@ -57,11 +58,7 @@ LS_DEV uint32_t BytePairToHalf2(uint32_t v, __half2 bias) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-LS_DEV void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using mma_sync::Mma;
 
 // One row's part of one chunk: the two 4-byte words of biased integers (k-step 0 and 1, this
 // lane's elements) and the scales: dl[s] for k-step s (equal for one-scale chunks), -ml.

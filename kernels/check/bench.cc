@@ -161,11 +161,16 @@ void Bench() {
   if (!decode_only) {
     const int n_head = 32, n_kv = 8, D = 128, bs = 16;
     const int64_t kv_dim = (int64_t)n_kv * D;
-    struct Case { const char* name; int n_seq, seq_len, q_len; q::KvFormat f; int shift = 0; };
+    // "cc": the same f16 case with mma_off (the CUDA-core grouped route, other bits), beside it.
+    struct Case { const char* name; int n_seq, seq_len, q_len; q::KvFormat f; int shift = 0; bool mma_off = false; };
     const q::KvFormat f16 = q::KvFormat::kF16, f32 = q::KvFormat::kF32;
-    for (const Case c : {Case{"decode depth 64", 1, 64, 1, f16}, Case{"decode depth 1024", 1, 1024, 1, f16}, Case{"decode depth 8192", 1, 8192, 1, f16},
-                         Case{"decode c=64 depth 1024", 64, 1024, 1, f16}, Case{"prefill 512", 1, 512, 512, f16},
-                         Case{"prefill 2048", 1, 2048, 2048, f16}, Case{"decode depth 64 f32", 1, 64, 1, f32},
+    for (const Case c : {Case{"decode depth 64", 1, 64, 1, f16}, Case{"decode depth 64 cc", 1, 64, 1, f16, 0, true},
+                         Case{"decode depth 1024", 1, 1024, 1, f16}, Case{"decode depth 1024 cc", 1, 1024, 1, f16, 0, true},
+                         Case{"decode depth 8192", 1, 8192, 1, f16}, Case{"decode depth 8192 cc", 1, 8192, 1, f16, 0, true},
+                         Case{"decode c=64 depth 1024", 64, 1024, 1, f16}, Case{"decode c=64 depth 1024 cc", 64, 1024, 1, f16, 0, true},
+                         Case{"prefill 512", 1, 512, 512, f16}, Case{"prefill 512 cc", 1, 512, 512, f16, 0, true},
+                         Case{"prefill 2048", 1, 2048, 2048, f16}, Case{"prefill 2048 cc", 1, 2048, 2048, f16, 0, true},
+                         Case{"decode depth 64 f32", 1, 64, 1, f32},
                          Case{"decode depth 1024 f32", 1, 1024, 1, f32},
                          Case{"depth 64 f32 generic", 1, 64, 1, f32, 4}, Case{"depth 1024 f32 generic", 1, 1024, 1, f32, 4}}) {
       const int nb = (c.seq_len + bs - 1) / bs;
@@ -200,11 +205,12 @@ void Bench() {
       p.T = T, p.n_seq = c.n_seq, p.n_head = n_head, p.n_kv_head = n_kv, p.head_dim = D;
       p.block_size = bs, p.max_blocks_per_seq = nb, p.max_seq_len = c.seq_len;
       p.scale = 1.0f / std::sqrt((float)D);
+      p.mma_off = c.mma_off;
       const size_t wsb = lk::PagedAttentionWorkspaceBytes(T, n_head, D, c.seq_len);
       Dev<uint8_t> ws(wsb);
       auto [ms, spread] = time_ms([&] { CK(lk::LaunchPagedAttention(p, ws.p, wsb, 0)); }, 20);
       const double kv_gb = 2.0 * c.n_seq * (double)c.seq_len * (double)q::KvRowBytes(c.f, kv_dim) / 1e9;
-      std::printf("attention %-24s %9.4f ms (spread %.4f)  KV %.1f MB -> %6.0f GB/s = %5.1f%% of wall\n", c.name, ms,
+      std::printf("attention %-27s %9.4f ms (spread %.4f)  KV %.1f MB -> %6.0f GB/s = %5.1f%% of wall\n", c.name, ms,
                   spread, kv_gb * 1e3, kv_gb / (ms * 1e-3), 100.0 * kv_gb / (ms * 1e-3) / copy_gbs);
     }
     std::fflush(stdout);

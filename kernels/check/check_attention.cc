@@ -120,7 +120,19 @@ void BuildCache(AttnBatch& b, const std::vector<std::vector<float>>& krows,
 // shift > 0 places both caches `shift` bytes past a 16-byte boundary (the f16 and f32 routes need
 // 16-byte-aligned caches, so this forces the generic route on the same values).
 // rows_per_cta / heads_per_cta > 0 force the grouped f16 route's work split.
-std::vector<float> RunAttention(const AttnBatch& b, int shift = 0, int rows_per_cta = 0, int heads_per_cta = 0) {
+// mma_off sends the MMA route's shapes to the CUDA-core routes.
+lk::PagedAttentionParams AttentionParams(const AttnBatch& b) {
+  lk::PagedAttentionParams p;
+  p.k_format = (uint32_t)b.kf, p.v_format = (uint32_t)b.vf;
+  p.T = b.qstart.back(), p.n_seq = (int)b.seq_len.size(), p.n_head = b.n_head, p.n_kv_head = b.n_kv_head;
+  p.head_dim = b.head_dim, p.block_size = b.block_size, p.max_blocks_per_seq = b.max_blocks;
+  p.max_seq_len = *std::max_element(b.seq_len.begin(), b.seq_len.end());
+  p.window = b.window, p.scale = b.scale, p.softcap = b.softcap;
+  return p;
+}
+
+std::vector<float> RunAttention(const AttnBatch& b, int shift = 0, int rows_per_cta = 0, int heads_per_cta = 0,
+                                bool mma_off = false) {
   const int n_seq = (int)b.seq_len.size();
   const int64_t T = b.qstart[n_seq];
   Dev<float> dq = Upload(b.qv), dout(T * b.n_head * b.head_dim);
@@ -128,16 +140,12 @@ std::vector<float> RunAttention(const AttnBatch& b, int shift = 0, int rows_per_
   CK(cudaMemcpy(dk.p + shift, b.kc.data(), b.kc.size(), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dv.p + shift, b.vc.data(), b.vc.size(), cudaMemcpyHostToDevice));
   Dev<int32_t> dqs = Upload(b.qstart), dsl = Upload(b.seq_len), dbt = Upload(b.table), dpos = Upload(b.pos);
-  lk::PagedAttentionParams p;
+  lk::PagedAttentionParams p = AttentionParams(b);
   p.q = dq.p, p.k_cache = dk.p + shift, p.v_cache = dv.p + shift;
-  p.k_format = (uint32_t)b.kf, p.v_format = (uint32_t)b.vf;
   p.query_start = dqs.p, p.seq_len = dsl.p, p.block_table = dbt.p, p.positions = dpos.p;
   p.out = dout.p;
-  p.T = T, p.n_seq = n_seq, p.n_head = b.n_head, p.n_kv_head = b.n_kv_head, p.head_dim = b.head_dim;
-  p.block_size = b.block_size, p.max_blocks_per_seq = b.max_blocks;
-  p.max_seq_len = *std::max_element(b.seq_len.begin(), b.seq_len.end());
-  p.window = b.window, p.scale = b.scale, p.softcap = b.softcap;
   p.group_rows_per_cta = rows_per_cta, p.group_heads_per_cta = heads_per_cta;
+  p.mma_off = mma_off;
   const size_t wsb = lk::PagedAttentionWorkspaceBytes(T, b.n_head, b.head_dim, p.max_seq_len);
   Dev<uint8_t> ws(wsb);
   dout.Poison();
@@ -148,13 +156,14 @@ std::vector<float> RunAttention(const AttnBatch& b, int shift = 0, int rows_per_
 void CheckAttention(bool quick) {
   Line* acc = NewLine("paged_attention");
   Line* inv = NewLine("attention-invariance");
+  Line* acc_mma = NewLine("paged_attention-mma");
   const std::vector<int> lens = {1, 2, 255, 256, 257, 511, 513, 700, 1030};
-  int configs = 0;
+  int configs = 0, mma_configs = 0;
   const int n_cfg = quick ? 8 : 28;
   // Then f16 K and V only, more GQA groups: the grouped f16 route (kernels/attention.cu) runs
   // head chunks of 4 (group sizes 1, 4, 6, 8) and rows per CTA up to 16, each compared with the
   // generic route bitwise (invariance 0) and with the double reference.
-  const int n_f16 = quick ? 4 : 16;
+  const int n_f16 = quick ? 6 : 24;
   for (int cfg = 0; cfg < n_cfg + n_f16; ++cfg) {
     ++configs;
     AttnBatch b;
@@ -188,6 +197,13 @@ void CheckAttention(bool quick) {
     b.qv = RandVec((size_t)T * b.n_head * b.head_dim, -2, 2);
     BuildCache(b, kr, vr, 7);
     const auto out = RunAttention(b);
+    // The MMA route's shapes (f16 K and V, head_dim 64 or 128) also run on the CUDA-core routes
+    // (mma_off): both are held to the reference, each route to its own invariances below.
+    alignas(16) static const uint8_t kAligned[16] = {};  // RunAttention's caches are aligned too
+    lk::PagedAttentionParams route_p = AttentionParams(b);
+    route_p.k_cache = route_p.v_cache = kAligned;
+    const bool mma = lk::PagedAttentionUsesMma(route_p);
+    const std::vector<float> out_off = mma ? RunAttention(b, 0, 0, 0, true) : std::vector<float>{};
     char ctx[200];
     std::snprintf(ctx, sizeof ctx, "cfg %d heads %d/%d D=%d k=%s v=%s win=%d cap=%g", cfg, b.n_head,
                   b.n_kv_head, b.head_dim, q::KvFormatName(b.kf), q::KvFormatName(b.vf), b.window,
@@ -217,7 +233,7 @@ void CheckAttention(bool quick) {
           const int kvh = h / (b.n_head / b.n_kv_head);
           const float* qh = &b.qv[(t * b.n_head + h) * b.head_dim];
           std::vector<double> sc(L);
-          double mx = -INFINITY, ds_max = 0, vmax = 0;
+          double mx = -INFINITY, ds_max = 0, ds_mma = 0, vmax = 0;
           for (int j = lo; j <= hi; ++j) {
             double d = 0, mag = 0;
             for (int e = 0; e < b.head_dim; ++e) {
@@ -229,7 +245,11 @@ void CheckAttention(bool quick) {
             if (b.softcap > 0) sv = b.softcap * std::tanh(sv / b.softcap);
             sc[j] = sv;
             mx = std::max(mx, sv);
+            // CUDA-core routes: the 8 class chains and their tree. MMA route: D / 8 MMAs per
+            // score, each allowed one ulp (2u) of the chain's magnitude (the hardware's
+            // accumulation is not specified as round-to-nearest), and 4u for q's h + l split.
             ds_max = std::max(ds_max, ((double)b.head_dim / 8 + 8) * kU * mag * b.scale + 8 * kU * std::fabs(sv));
+            ds_mma = std::max(ds_mma, ((double)b.head_dim / 4 + 8) * kU * mag * b.scale + 8 * kU * std::fabs(sv));
             for (int e = 0; e < b.head_dim; ++e) vmax = std::max(vmax, (double)std::fabs(vd[(size_t)j * kv_dim + kvh * b.head_dim + e]));
           }
           double l = 0;
@@ -237,20 +257,26 @@ void CheckAttention(bool quick) {
           const int n_keys = hi - lo + 1;
           // Score errors ds move each weight by a factor exp(+-2 ds); the fp32 sums add
           // (keys per piece + pieces + 8) u relative error, times max|v|.
-          const double bound = vmax * (4 * ds_max + (std::min(n_keys, 256) + n_keys / 256 + 16) * 2 * kU) + 1e-30;
+          // (The MMA route's output chain: keys / 8 MMAs of the same allowance, within it.)
+          const double sums = (std::min(n_keys, 256) + n_keys / 256 + 16) * 2 * kU;
+          const double bound = vmax * (4 * (mma ? ds_mma : ds_max) + sums) + 1e-30;
+          const double bound_off = vmax * (4 * ds_max + sums) + 1e-30;
           for (int e = 0; e < b.head_dim; ++e) {
             double o = 0;
             for (int j = lo; j <= hi; ++j) o += std::exp(sc[j] - mx) * vd[(size_t)j * kv_dim + kvh * b.head_dim + e];
-            Compare(acc, out[(t * b.n_head + h) * b.head_dim + e], o / l, bound, ctx);
+            Compare(mma ? acc_mma : acc, out[(t * b.n_head + h) * b.head_dim + e], o / l, bound, ctx);
+            if (mma) Compare(acc, out_off[(t * b.n_head + h) * b.head_dim + e], o / l, bound_off, ctx);
           }
         }
       }
     }
-    // Invariance 0: the f16 route (16-byte K loads) == the generic route on the same cache.
+    // Invariance 0: the f16 route (16-byte K loads) == the generic route on the same cache (for
+    // the MMA route's shapes, its CUDA-core counterpart: mma_off).
     if (b.kf == q::KvFormat::kF16 && b.vf == q::KvFormat::kF16) {
+      const std::vector<float>& cuda_core = mma ? out_off : out;
       const auto og = RunAttention(b, 2);
       bool same = true;
-      for (size_t i = 0; i < og.size(); ++i) same &= SameBits(og[i], out[i]);
+      for (size_t i = 0; i < og.size(); ++i) same &= SameBits(og[i], cuda_core[i]);
       inv->Bit(same, std::string(ctx) + ": f16 route != generic route (cache 2 bytes off)");
       // Invariance 0c: the grouped route's forced work splits (rows and query heads per CTA,
       // head chunks of 4 or fewer) == its own choice.
@@ -258,12 +284,23 @@ void CheckAttention(bool quick) {
         const int G = b.n_head / b.n_kv_head;
         const int forced[4][2] = {{1, 1}, {3, 2}, {16, 4}, {7, G}};
         for (const auto& f : forced) {
-          const auto of = RunAttention(b, 0, f[0], f[1]);
+          const auto of = RunAttention(b, 0, f[0], f[1], mma);
           bool same_f = true;
-          for (size_t i = 0; i < of.size(); ++i) same_f &= SameBits(of[i], out[i]);
+          for (size_t i = 0; i < of.size(); ++i) same_f &= SameBits(of[i], cuda_core[i]);
           inv->Bit(same_f, std::string(ctx) + ": grouped route with " + std::to_string(f[0]) + " rows x " +
                                std::to_string(f[1]) + " heads per CTA != its own split");
         }
+      }
+      // Invariance 0d: the MMA route's forced rows per CTA (40 rows of 4+ heads: warps take
+      // several m-tiles) == its own choice.
+      if (mma) {
+        for (const int rows : {1, 3, 16, 40, 7}) {
+          const auto of = RunAttention(b, 0, rows, 0);
+          bool same_f = true;
+          for (size_t i = 0; i < of.size(); ++i) same_f &= SameBits(of[i], out[i]);
+          inv->Bit(same_f, std::string(ctx) + ": MMA route with " + std::to_string(rows) + " rows per CTA != its own choice");
+        }
+        ++mma_configs;
       }
     }
     // Invariance 0b: the f32 route (format fixed at compile time) == the generic route.
@@ -307,8 +344,9 @@ void CheckAttention(bool quick) {
       }
     }
   }
-  acc->shapes = std::to_string(configs) + " ragged batches of 1-5 seqs, seq_len {1,2,255,256,257,511,513,700,1030}, decode+prefill rows, GQA 4/4 8/2 6/1 (f16 also 32/8 16/2 8/1), D {64,96,128,256}, all 7 KV formats for K and V, window 300, softcap 20, block 16/32, fragmented tables; bound from score error and fp32 sums";
-  inv->shapes = "f16 route (grouped, forced work splits too) and f32 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
+  acc_mma->shapes = std::to_string(mma_configs) + " of the batches above with f16 K and V and head_dim 64 or 128 (the MMA route); bound as paged_attention's with (D/4 + 8) u for the score's D/8 MMAs and q's split";
+  acc->shapes = std::to_string(configs) + " (" + std::to_string(mma_configs) + " on the MMA route, also run with mma_off) ragged batches of 1-5 seqs, seq_len {1,2,255,256,257,511,513,700,1030}, decode+prefill rows, GQA 4/4 8/2 6/1 (f16 also 32/8 16/2 8/1), D {64,96,128,256}, all 7 KV formats for K and V, window 300, softcap 20, block 16/32, fragmented tables; bound from score error and fp32 sums";
+  inv->shapes = "MMA route: forced rows per CTA == auto; f16 route (grouped, forced work splits too; mma_off on the MMA shapes) and f32 route == generic route; seq alone in another pool layout == in batch; prefill rows == per-row decode steps (bitwise)";
 }
 
 }  // namespace lockstep::kernels::check
