@@ -11,6 +11,7 @@
 #include "engine/cli/commands.h"
 #ifdef LOCKSTEP_WITH_NCCL
 #include "engine/pipeline/nccl_link.h"
+#include "engine/quant/quant.h"
 #endif
 #include "engine/cli/model_check.h"
 #include "engine/cli/model_io.h"
@@ -32,6 +33,7 @@ void RegisterCheck(CLI::App& app) {
     int64_t greedy_tokens = 128;
     bool no_ops = false;
     bool nccl = false;
+    std::string kv_k = "f32", kv_v = "f32";
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -52,6 +54,10 @@ void RegisterCheck(CLI::App& app) {
   sub->add_option("--greedy-tokens", args->greedy_tokens, "Tokens per prompt with --versus")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   sub->add_flag("--no-ops", args->no_ops, "Skip the op lines (model-level lines only)");
+  sub->add_option("--kv-k", args->kv_k, "With --model: K cache format of the bitwise model-level lines")
+      ->capture_default_str();
+  sub->add_option("--kv-v", args->kv_v, "With --model: V cache format of the bitwise model-level lines")
+      ->capture_default_str();
   sub->add_flag("--nccl", args->nccl,
                 "Only the pipeline's GPU transport: a one-rank NCCL self send/recv on device 0");
   sub->callback([args] {
@@ -99,6 +105,12 @@ void RegisterCheck(CLI::App& app) {
     mo.batches = args->batches;
     mo.max_prompt = args->max_prompt;
     mo.greedy_tokens = args->greedy_tokens;
+    auto kf = quant::ParseKvFormat(args->kv_k);
+    if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
+    auto vf = quant::ParseKvFormat(args->kv_v);
+    if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
+    mo.k_format = *kf;
+    mo.v_format = *vf;
     for (const std::string& name : args->models) {
       LoadedModel m = LoadModel(name, false, /*tokenizer=*/false);
       auto lines = CheckModelInvariance(*m.model, **cand, mo);
