@@ -20,8 +20,10 @@ namespace lockstep::kernels {
 namespace {
 
 namespace q = ::lockstep::quant;
+using attention_internal::CpAsync16;
 using attention_internal::FindRow;
 using attention_internal::RowInfo;
+using attention_internal::SegmentKeys;
 using attention_internal::SmCount;
 
 constexpr int kThreads = 256;
@@ -262,11 +264,6 @@ __host__ __device__ inline GroupLayout MakeGroupLayout(int D, int G) {
   return l;
 }
 
-__device__ __forceinline__ void GroupCpAsync16(void* smem_dst, const void* src) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem_dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-
 __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams p, int n_pieces,
                                                            int rows_per_cta, int heads_per_cta,
                                                            float* __restrict__ ws) {
@@ -298,15 +295,8 @@ __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams 
     // The rows t..t_last of one sequence share one staging of the piece.
     const RowInfo r0 = FindRow(p, t);
     const int64_t t_last = min(t_end, (int64_t)p.query_start[r0.seq + 1]) - 1;
-    int ulo = INT_MAX, uhi = INT_MIN;
-    for (int64_t tt = t; tt <= t_last; ++tt) {
-      const int pos = p.positions[tt];
-      const int hi = min(pos, p.seq_len[r0.seq] - 1);
-      const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-      if (hi >= lo) ulo = min(ulo, lo), uhi = max(uhi, hi);
-    }
-    ulo = max(ulo, base);
-    uhi = min(uhi, base + kAttentionPiece - 1);
+    int ulo, uhi;
+    SegmentKeys(p, t, t_last, p.seq_len[r0.seq], base, ulo, uhi);
     __syncthreads();  // the previous staging's readers are done
     if (ulo <= uhi) {
       {
@@ -333,12 +323,12 @@ __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams 
       const uint8_t* vc = static_cast<const uint8_t*>(p.v_cache) + (int64_t)kvh * D * 2;
       for (int i = threadIdx.x; i < n_keys * chunks; i += kThreads) {
         const int kk = k_first + i / chunks, c = i % chunks;
-        if (slot_s[kk] >= 0) GroupCpAsync16(ks + kk * lay.rs + c * 8, kc + slot_s[kk] * rb + c * 16);
+        if (slot_s[kk] >= 0) CpAsync16(ks + kk * lay.rs + c * 8, kc + slot_s[kk] * rb + c * 16);
       }
       asm volatile("cp.async.commit_group;\n" ::: "memory");
       for (int i = threadIdx.x; i < n_keys * chunks; i += kThreads) {
         const int kk = k_first + i / chunks, c = i % chunks;
-        if (slot_s[kk] >= 0) GroupCpAsync16(vs + kk * lay.rs + c * 8, vc + slot_s[kk] * rb + c * 16);
+        if (slot_s[kk] >= 0) CpAsync16(vs + kk * lay.rs + c * 8, vc + slot_s[kk] * rb + c * 16);
       }
       asm volatile("cp.async.commit_group;\n" ::: "memory");
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // K has landed (V may not have)

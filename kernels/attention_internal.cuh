@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/attention.h"
@@ -28,6 +29,27 @@ __device__ inline RowInfo FindRow(const PagedAttentionParams& p, int64_t t) {
   r.hi = min(r.pos, len - 1);
   r.lo = p.window > 0 ? max(0, r.pos - p.window + 1) : 0;
   return r;
+}
+
+// The keys of piece [base, base + kAttentionPiece) that some row t..t_last (one sequence, len keys
+// written) sees: ulo..uhi (ulo > uhi: none).
+__device__ inline void SegmentKeys(const PagedAttentionParams& p, int64_t t, int64_t t_last, int len,
+                                   int base, int& ulo, int& uhi) {
+  ulo = INT_MAX, uhi = INT_MIN;
+  for (int64_t tt = t; tt <= t_last; ++tt) {
+    const int pos = p.positions[tt];
+    const int hi = min(pos, len - 1);
+    const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+    if (hi >= lo) ulo = min(ulo, lo), uhi = max(uhi, hi);
+  }
+  ulo = max(ulo, base);
+  uhi = min(uhi, base + kAttentionPiece - 1);
+}
+
+// A 16-byte global -> shared copy in flight (cp.async.cg; wait with cp.async.wait_group).
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem_dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
 }
 
 // The MMA route (attention_mma.cu): f16 K and V, head_dim 64 or 128, both caches 16-byte aligned,

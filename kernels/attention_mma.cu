@@ -52,11 +52,6 @@ constexpr size_t SmemBytes() {
   return 2 * (size_t)kAttentionPiece * RowStride<D>() * 2 + (size_t)kAttentionPiece * 8;
 }
 
-__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem_dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-}
-
 __device__ __forceinline__ uint32_t PackHalf2(__half lo, __half hi) {
   const __half2 h = __halves2half2(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
@@ -102,15 +97,8 @@ __global__ void __launch_bounds__(kThreads, 1) MmaPieceKernel(PagedAttentionPara
     const RowInfo r0 = FindRow(p, t);
     const int64_t t_last = min(t_end, (int64_t)p.query_start[r0.seq + 1]) - 1;
     const int len = p.seq_len[r0.seq];
-    int ulo = INT_MAX, uhi = INT_MIN;
-    for (int64_t tt = t; tt <= t_last; ++tt) {
-      const int pos = p.positions[tt];
-      const int hi = min(pos, len - 1);
-      const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-      if (hi >= lo) ulo = min(ulo, lo), uhi = max(uhi, hi);
-    }
-    ulo = max(ulo, base);
-    uhi = min(uhi, base + kAttentionPiece - 1);
+    int ulo, uhi;
+    SegmentKeys(p, t, t_last, len, base, ulo, uhi);
     __syncthreads();  // the previous staging's readers are done
     if (ulo <= uhi) {
       // Keys ulo..uhi are staged; the rest of the steps that hold them are zeros.
