@@ -11,10 +11,10 @@
 #include "engine/cli/commands.h"
 #ifdef LOCKSTEP_WITH_NCCL
 #include "engine/pipeline/nccl_link.h"
-#include "engine/quant/quant.h"
 #endif
 #include "engine/cli/model_check.h"
 #include "engine/cli/model_io.h"
+#include "engine/quant/quant.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "oracle/op_check.h"
 
@@ -72,6 +72,11 @@ void RegisterCheck(CLI::App& app) {
       throw CliError(2, "--nccl: this lockstep was built without CUDA (make build-cuda)");
 #endif
     }
+    auto kf = quant::ParseKvFormat(args->kv_k);
+    if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
+    auto vf = quant::ParseKvFormat(args->kv_v);
+    if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
+    const quant::KvFormat k_format = *kf, v_format = *vf;
     uint64_t seed = args->seed;
     if (seed == 0) seed = std::random_device{}() | 1;
     auto cand = backend::MakeBackend(args->backend, {args->threads});
@@ -105,14 +110,12 @@ void RegisterCheck(CLI::App& app) {
     mo.batches = args->batches;
     mo.max_prompt = args->max_prompt;
     mo.greedy_tokens = args->greedy_tokens;
-    auto kf = quant::ParseKvFormat(args->kv_k);
-    if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
-    auto vf = quant::ParseKvFormat(args->kv_v);
-    if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
-    mo.k_format = *kf;
-    mo.v_format = *vf;
+    mo.k_format = k_format;
+    mo.v_format = v_format;
     for (const std::string& name : args->models) {
       LoadedModel m = LoadModel(name, false, /*tokenizer=*/false);
+      std::printf("model lines: %s, KV pool %s/%s\n", m.path.c_str(), quant::KvFormatName(k_format),
+                  quant::KvFormatName(v_format));
       auto lines = CheckModelInvariance(*m.model, **cand, mo);
       if (!lines.ok()) {
         throw CliError(1, "model check of " + name + " could not run: " +
