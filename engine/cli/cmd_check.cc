@@ -9,12 +9,13 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "engine/cli/commands.h"
+#include "engine/cli/engine_flags.h"
 #ifdef LOCKSTEP_WITH_NCCL
 #include "engine/pipeline/nccl_link.h"
 #endif
 #include "engine/cli/model_check.h"
 #include "engine/cli/model_io.h"
-#include "engine/quant/quant.h"
+#include "engine/quant/kv_format.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "oracle/op_check.h"
 
@@ -72,11 +73,8 @@ void RegisterCheck(CLI::App& app) {
       throw CliError(2, "--nccl: this lockstep was built without CUDA (make build-cuda)");
 #endif
     }
-    auto kf = quant::ParseKvFormat(args->kv_k);
-    if (!kf.ok()) throw CliError(2, "--kv-k: " + std::string(kf.status().message()));
-    auto vf = quant::ParseKvFormat(args->kv_v);
-    if (!vf.ok()) throw CliError(2, "--kv-v: " + std::string(vf.status().message()));
-    const quant::KvFormat k_format = *kf, v_format = *vf;
+    const quant::KvFormat k_format = ParseKvFlag("--kv-k", args->kv_k);
+    const quant::KvFormat v_format = ParseKvFlag("--kv-v", args->kv_v);
     uint64_t seed = args->seed;
     if (seed == 0) seed = std::random_device{}() | 1;
     auto cand = backend::MakeBackend(args->backend, {args->threads});

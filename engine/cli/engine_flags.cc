@@ -72,15 +72,17 @@ void PrintStages(const runtime::Engine& e) {
   for (const std::string& line : e.stage_lines()) std::fprintf(stderr, "pipeline: %s\n", line.c_str());
 }
 
+quant::KvFormat ParseKvFlag(const char* flag, const std::string& value) {
+  auto f = quant::ParseKvFormat(value);
+  if (!f.ok()) throw CliError(2, std::string(flag) + ": " + std::string(f.status().message()));
+  return *f;
+}
+
 runtime::EngineOptions ToEngineOptions(const EngineFlags& f) {
   runtime::EngineOptions o;
   o.ctx = f.ctx;
-  auto k = quant::ParseKvFormat(f.kv_k);
-  if (!k.ok()) throw CliError(2, "--kv-k: " + std::string(k.status().message()));
-  auto v = quant::ParseKvFormat(f.kv_v);
-  if (!v.ok()) throw CliError(2, "--kv-v: " + std::string(v.status().message()));
-  o.k_format = *k;
-  o.v_format = *v;
+  o.k_format = ParseKvFlag("--kv-k", f.kv_k);
+  o.v_format = ParseKvFlag("--kv-v", f.kv_v);
   o.block_size = f.kv_block;
   o.kv_bytes = f.kv_mb * (int64_t{1} << 20);
   o.max_step_tokens = f.step_tokens;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "engine/quant/kv_format.h"
 #include "engine/runtime/engine.h"
 
 namespace lockstep::cli {
@@ -23,6 +24,8 @@ struct EngineFlags {
 };
 
 void AddEngineFlags(CLI::App* sub, EngineFlags& f);
+// The KV format named by flag's value; throws CliError naming the flag (exit 2) for a bad one.
+quant::KvFormat ParseKvFlag(const char* flag, const std::string& value);
 // Throws CliError naming the flag for a bad KV format.
 runtime::EngineOptions ToEngineOptions(const EngineFlags& f);
 
