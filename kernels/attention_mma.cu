@@ -21,6 +21,7 @@
 // combine kernel is shared.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "engine/quant/kv_format.h"
@@ -350,8 +351,8 @@ cudaError_t Launch(const PagedAttentionParams& p, int n_pieces, float* ws, cudaS
   // depends on it.
   const int G = p.n_head / p.n_kv_head;
   const int64_t per_seq = p.T / p.n_seq;
-  const int64_t fill = (int64_t)kWarps * kTilePairs / G;
-  int rows = (int)(per_seq < 1 ? 1 : (per_seq > fill ? (fill < 1 ? 1 : fill) : per_seq));
+  const int64_t fill = std::max<int64_t>(1, (int64_t)kWarps * kTilePairs / G);
+  int rows = (int)std::clamp<int64_t>(per_seq, 1, fill);
   if (p.group_rows_per_cta > 0) rows = p.group_rows_per_cta;
   const int64_t groups = (p.T + rows - 1) / rows;
   MmaPieceKernel<D><<<dim3(n_pieces, (unsigned)p.n_kv_head, (unsigned)groups), kThreads, bytes, stream>>>(
