@@ -45,7 +45,10 @@ int ArgMaxAbs(const float* x, int n) {
 
 // np.max / np.min along a block: any NaN makes the result NaN (the first one met); among equal
 // extremes the LAST wins, which only shows as the sign of a zero (numpy's reduction keeps the
-// new element on ties, as x86 minss/maxss do; checked on 3000 random +-0 patterns).
+// new element on ties, as x86 minss/maxss do; checked on 3000 random +-0 patterns on an AVX-512
+// machine). numpy's SIMD paths reduce in other orders, so where the extreme is a zero of mixed
+// sign the package's own answer differs between machines (an AVX2 one gave the other zero); the
+// goldens hold no such block (oracle/gen_quant_golden.py).
 float MaxOf(const float* x, int n) {
   float m = x[0];
   for (int j = 0; j < n; ++j) {
