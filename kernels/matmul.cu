@@ -737,8 +737,8 @@ bool MatmulAutoUsesMma(uint32_t type_id) {
   return type_id == (uint32_t)q::Type::Q4_K || type_id == (uint32_t)q::Type::Q6_K || type_id == (uint32_t)q::Type::Q8_0;
 }
 
-size_t MatmulScratchBytes(uint32_t type_id, int64_t T, int64_t cols) {
-  return MatmulAutoUsesMma(type_id) ? MatmulMmaScratchBytes(type_id, T, cols, MmaConfig::kAutoByT) : 0;
+size_t MatmulScratchBytes(uint32_t type_id, int64_t rows, int64_t cols, int64_t T) {
+  return MatmulAutoUsesMma(type_id) ? MatmulMmaScratchBytes(type_id, rows, cols, T, MmaConfig::kAutoByT) : 0;
 }
 
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,

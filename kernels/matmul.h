@@ -52,15 +52,16 @@ bool MatmulAutoUsesMma(uint32_t type_id);
 // w_scale: multiplies each finished dot (NVFP4's per-tensor scale2; 1 for other types).
 // route:   kAuto in production; the check tool forces each route to prove they agree bitwise
 //          (kDecode/kTiled/kDecodeRows* are the float routes, kMma the tensor-core one).
-// scratch: none, or at least MatmulScratchBytes(type_id, T, cols) bytes, 16-byte aligned: where
-//          the MMA route takes it, the activations are split once per launch (matmul_mma.h);
-//          the bits are the same either way. The float routes use none.
+// scratch: none, or at least MatmulScratchBytes(type_id, rows, cols, T) bytes, 16-byte aligned:
+//          where the MMA route takes it, the activations are split once per launch and the
+//          split-K tiles keep their segment sums there (matmul_mma.h); the bits are the same
+//          either way. The float routes use none.
 cudaError_t LaunchMatmul(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                          const float* x, int64_t T, float* y, float w_scale, MatmulRoute route,
                          cudaStream_t stream, MatmulScratch scratch = {});
 
-// Bytes of scratch LaunchMatmul's kAuto route uses at (type_id, T, cols): 0 off the MMA route.
-size_t MatmulScratchBytes(uint32_t type_id, int64_t T, int64_t cols);
+// Bytes of scratch LaunchMatmul's kAuto route uses at (type_id, rows, cols, T): 0 off the MMA route.
+size_t MatmulScratchBytes(uint32_t type_id, int64_t rows, int64_t cols, int64_t T);
 
 // Dequantizes W with the matmul's own chunk decoders (the values its dot products use), for the
 // check tool to compare bitwise against the host decoders.

@@ -22,12 +22,17 @@ using namespace mma_internal;  // NOLINT: the route's own internals
 // Q8_0 (34-byte blocks, read by 16-bit loads): the staged kernel up to 4 tokens, 16x8 up to 8,
 // then with the split once per launch 32x16 up to 16, 32x32 up to 32, 64x32 up to 256, the tiled
 // kernel beyond. Every configuration gives the same bits, with or without the split.
+// From T = 33 to 256, a matrix whose 128 x 64 tiles number fewer than kSplitKTiles takes the
+// tiled kernel with its K segments on 8 CTAs (kTiledSplitK, run 21) where scratch is given.
+constexpr int64_t kSplitKTiles = 512;
+
 template <uint32_t kType>
-MmaConfig AutoConfig(int64_t T) {
+MmaConfig AutoConfig(int64_t rows, int64_t T) {
   if (T <= 8) return kType == (uint32_t)q::Type::Q8_0 && T <= 4 ? MmaConfig::kStaged16x8 : MmaConfig::k16x8;
   if (T <= 16) return MmaConfig::k32x16;
   if (T <= 32) return MmaConfig::k32x32;
   if (T > 256) return MmaConfig::kTiled128x64;
+  if ((rows + 127) / 128 * ((T + 63) / 64) < kSplitKTiles) return MmaConfig::kTiledSplitK;
   return kType == (uint32_t)q::Type::Q6_K ? MmaConfig::k32x32 : MmaConfig::k64x32;
 }
 
@@ -41,24 +46,44 @@ bool UsesPreSplit(MmaConfig cfg) {
   switch (cfg) {
     case MmaConfig::k32x8: case MmaConfig::k64x8: case MmaConfig::k64x16: case MmaConfig::k32x16:
     case MmaConfig::k64x32: return true;
-    case MmaConfig::k32x32: case MmaConfig::kTiled128x64: return !kQ4K;
+    case MmaConfig::k32x32: case MmaConfig::kTiled128x64: case MmaConfig::kTiledSplitK: case MmaConfig::kTiledSplitK1:
+      return !kQ4K;
     default: return false;  // 16x8; the staged kernel splits in shared memory
   }
+}
+
+// Bytes of scratch configuration cfg (not auto) uses at (rows, cols, T): the split's fragments where
+// it takes the split once per launch, then kTiledSplitK's segment sums.
+template <uint32_t kType>
+int64_t ScratchBytes(MmaConfig cfg, int64_t rows, int64_t cols, int64_t T) {
+  const bool pre = UsesPreSplit<kType>(cfg);
+  if (MatmulMmaConfigNeedsScratch(cfg)) return TiledSplitKOffset(pre, T, cols) + TiledSplitKBytes(T, rows);
+  return pre ? PreSplit::Bytes(T, cols) : 0;
 }
 
 template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(T);
-  if (!UsesPreSplit<kType>(cfg)) {
+  if (cfg == MmaConfig::kAutoByT) {
+    cfg = AutoConfig<kType>(rows, T);
+    // Without scratch there is no room for the segment sums: the tiled kernel runs the 8 segments
+    // itself (the same bits).
+    if (cfg == MmaConfig::kTiledSplitK && scratch.data == nullptr) cfg = MmaConfig::kTiled128x64;
+  }
+  const int64_t need = ScratchBytes<kType>(cfg, rows, cols, T);
+  if (MatmulMmaConfigNeedsScratch(cfg) && scratch.data == nullptr) return cudaErrorInvalidValue;
+  if (need == 0) {
     scratch = MatmulScratch{};
-  } else if (scratch.data != nullptr && ((int64_t)scratch.bytes < PreSplit::Bytes(T, cols) ||
+  } else if (scratch.data != nullptr && ((int64_t)scratch.bytes < need ||
                                          reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
     return cudaErrorInvalidValue;  // scratch given but unusable: never a silent change of path
   }
+  const bool pre = scratch.data != nullptr && UsesPreSplit<kType>(cfg);
   switch (cfg) {
-    case MmaConfig::kTiled128x64: return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    case MmaConfig::kTiled128x64: case MmaConfig::kTiledSplitK: case MmaConfig::kTiledSplitK1:
+      return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, pre,
+                                cfg == MmaConfig::kTiledSplitK ? 1 : cfg == MmaConfig::kTiledSplitK1 ? 2 : 0, stream);
     case MmaConfig::kStaged16x8: return LaunchStaged<kType>(w, rows, cols, x, T, y, w_scale, stream);
     default: return LaunchKSplit<kType>(cfg, w, rows, cols, x, T, y, w_scale, scratch, stream);
   }
@@ -93,12 +118,16 @@ bool MatmulMmaSupportsType(uint32_t type_id) {
   }
 }
 
-size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t T, int64_t cols, MmaConfig config) {
-  if (T < 1 || cols < 32) return 0;
+bool MatmulMmaConfigNeedsScratch(MmaConfig cfg) {
+  return cfg == MmaConfig::kTiledSplitK || cfg == MmaConfig::kTiledSplitK1;
+}
+
+size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t rows, int64_t cols, int64_t T, MmaConfig config) {
+  if (T < 1 || cols < 32 || rows < 1) return 0;
   auto bytes = [&](auto type_tag) -> size_t {
     constexpr uint32_t kType = decltype(type_tag)::value;
-    const MmaConfig cfg = config == MmaConfig::kAutoByT ? AutoConfig<kType>(T) : config;
-    return UsesPreSplit<kType>(cfg) ? (size_t)PreSplit::Bytes(T, cols) : 0;
+    const MmaConfig cfg = config == MmaConfig::kAutoByT ? AutoConfig<kType>(rows, T) : config;
+    return (size_t)ScratchBytes<kType>(cfg, rows, cols, T);
   };
   switch ((q::Type)type_id) {
     case q::Type::Q4_K: return bytes(std::integral_constant<uint32_t, (uint32_t)q::Type::Q4_K>{});

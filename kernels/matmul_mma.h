@@ -42,29 +42,39 @@ enum class MmaConfig : int {
   kStaged16x8 = 7,   // 16x8 with the weights and activations streamed through shared memory (cp.async)
   k64x32 = 8,   // 4 x 4
   k32x32 = 9,   // 2 x 4
+  kTiledSplitK = 10,  // the tiled kernel's 128 x 64 tiles with its 8 K segments on 8 CTAs (grid z):
+                      // each CTA writes its segment's sums to scratch, a second kernel adds them
+                      // in the segment chain; needs scratch (refused without it)
+  kTiledSplitK1 = 11,  // kTiledSplitK at one CTA an SM (Q4_K's tiles run two; the others the same kernel)
 };
 
-// Scratch for the split once per launch: with it, the configurations that take it (by type, where
-// it measured faster: MatmulMmaScratchBytes > 0; not 16x8 nor the staged kernel) split each
+// Whether configuration cfg needs scratch (MatmulScratch below): only kTiledSplitK and
+// kTiledSplitK1, whose segment sums live there between their two kernels.
+bool MatmulMmaConfigNeedsScratch(MmaConfig cfg);
+
+// Scratch for the split once per launch and the split-K tiles: with it, the configurations that
+// take the split (by type, where it measured faster; not 16x8 nor the staged kernel) split each
 // (token, chunk) of x once into the scratch (one small kernel) and read the fragments there,
-// instead of splitting a token's chunk again in every CTA of its column. The fragments are the
-// same values, so the bits are the same with or without it; without it (data == nullptr) every
-// configuration splits in the kernel.
+// instead of splitting a token's chunk again in every CTA of its column; kTiledSplitK keeps its
+// 8 segment sums per output there. The fragments and the sums are the same values, so the bits
+// are the same with or without it; without it (data == nullptr) every configuration but
+// kTiledSplitK splits in the kernel, and auto does not take kTiledSplitK.
 struct MatmulScratch {
   void* data = nullptr;  // device, 16-byte aligned
   size_t bytes = 0;
 };
 
-// Bytes of scratch a launch of (type, T, cols, config) uses: T * cols / 32 * 136 where the chosen
-// configuration splits once per launch, else 0.
-size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t T, int64_t cols, MmaConfig config);
+// Bytes of scratch a launch of (type, rows, cols, T, config) uses: T * cols / 32 * 136 where the
+// chosen configuration splits once per launch (rounded up to 16), plus 8 * T * rows * 4 where it
+// is kTiledSplitK; 0 where it uses none.
+size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t rows, int64_t cols, int64_t T, MmaConfig config);
 
 // As LaunchMatmul (kernels/matmul.h): w in, device, [rows, cols / block] blocks of type_id,
 // 4-byte aligned; x in, device, [T, cols] float, 16-byte aligned; y out, device, [T, rows].
 // cols: a multiple of the type's block size. scratch: none, or at least MatmulMmaScratchBytes
 // bytes, 16-byte aligned, not read by anyone else until the launch is done on the stream.
-// Returns cudaErrorInvalidValue for an unsupported type or shape, or scratch given that is too
-// small or misaligned for the configuration.
+// Returns cudaErrorInvalidValue for an unsupported type or shape, scratch given that is too small
+// or misaligned for the configuration, or none given to a configuration that needs it.
 cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64_t cols,
                             const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
                             cudaStream_t stream, MatmulScratch scratch = {});

@@ -297,6 +297,11 @@ struct PreSplit {
   __host__ __device__ static constexpr int64_t Bytes(int64_t T, int64_t cols) { return T * (cols / 32) * (2 * 64 + 8); }
 };
 
+// Where kTiledSplitK's segment sums start in scratch: after the split's fragments (pre), 16-byte
+// aligned.
+inline int64_t TiledSplitKOffset(bool pre, int64_t T, int64_t cols) { return pre ? (PreSplit::Bytes(T, cols) + 15) / 16 * 16 : 0; }
+inline int64_t TiledSplitKBytes(int64_t T, int64_t rows) { return (int64_t)kSeg * T * rows * 4; }
+
 // SplitKernel into scratch (>= PreSplit::Bytes(T, cols), 16-byte aligned: LaunchTyped checks),
 // and ps pointing at it (matmul_mma_ksplit.cu).
 cudaError_t LaunchSplit(const float* x, int64_t T, int64_t cols, MatmulScratch scratch, PreSplit& ps,
@@ -320,9 +325,11 @@ LS_DEV void CpAsync16Z(void* dst, const void* src, int src_bytes) {
 template <uint32_t kType>
 cudaError_t LaunchKSplit(MmaConfig cfg, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
                          float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream);
+// pre: the split once per launch into scratch; split_k: 1 MmaConfig::kTiledSplitK, 2
+// kTiledSplitK1, their segment sums in scratch at TiledSplitKOffset (8 * T * rows floats); 0 not.
 template <uint32_t kType>
 cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
-                        float w_scale, MatmulScratch scratch, cudaStream_t stream);
+                        float w_scale, MatmulScratch scratch, bool pre, int split_k, cudaStream_t stream);
 template <uint32_t kType>
 cudaError_t LaunchStaged(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
                          float w_scale, cudaStream_t stream);

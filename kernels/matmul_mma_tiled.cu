@@ -16,6 +16,13 @@ namespace lockstep::kernels::mma_internal {
 // fragments of the split once per launch are loaded and stored there instead). One CTA
 // barrier per step of two chunks, one more per stage. TileMath runs on the same words, scales and
 // fragments as the K-split kernel's, so the bits are its bits (matmul-mma-invariance).
+//
+// Split K (kSplitK, MmaConfig::kTiledSplitK; run 21): the grid's z is the segment; CTA (x, y, s)
+// runs segment s's blocks alone, from acc = 0, with the same per-chunk arithmetic, and writes acc
+// to the caller's scratch; SumSegmentsKernel then forms tot = s0, tot = tot + s (s = 1..7) and
+// y = tot * w_scale: the fold above, the same operations in the same order. A segment may start
+// inside a weight stage or an activation step (Q8_0: 8 blocks a stage); its first chunk then runs
+// the step as a stage start (wait, barrier, the stage's scales), which changes no value.
 constexpr int kTM = 2, kTN = 4, kTWM = 4, kTWN = 2;
 constexpr int kTBM = 16 * kTM * kTWM, kTBN = 8 * kTN * kTWN;  // 128 rows, 64 tokens
 constexpr int kTStep = 2;                                      // chunks per activation step
@@ -42,12 +49,16 @@ struct TiledGeom {
 };
 
 
-template <uint32_t kType, bool kPre>
+template <uint32_t kType, bool kPre, bool kSplitK>
 struct TiledCtx {
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
   const uint8_t* w;
   int64_t rows, row_bytes, row0, nblk, nch, nws;
+  int64_t c_first;  // the first chunk this CTA runs (0, or its segment's first under kSplitK)
+  // Whether a CTA's first chunk can fall inside a weight stage: under kSplitK with stages of
+  // several blocks (Q8_0); else it starts a stage and a step (blocks of 8 chunks, or chunk 0).
+  static constexpr bool kMidStart = kSplitK && TiledGeom<kType>::kBPS > 1;
   int rstride, wbytes;  // a row's stride and a stage's bytes in the ring
   uint8_t* wring;  // [2][kTBM][rstride]
   uint8_t* xbuf;   // [2] steps of kXBytes
@@ -68,7 +79,7 @@ struct TiledCtx {
 
   // Weight stage j (blocks [j * kBPS, ...)) of the CTA's rows into ring slot j & 1.
   LS_DEV void IssueW(int64_t j) const {
-    if (j >= nws) return;
+    if (j >= nws) return;  // nws: the stages this CTA runs (its segment's last + 1 under kSplitK)
     uint8_t* sw = wring + (j & 1) * wbytes;
     const int nb = (int)min((int64_t)G::kBPS, nblk - j * G::kBPS);
     const int units = rstride / 16;
@@ -102,8 +113,9 @@ struct TiledCtx {
     }
   }
   // Step s: split its raw activations into buffer s & 1, wait for a weight stage that starts
-  // here, the barrier, then issue the next weight stage and step s + 1's raw loads.
-  LS_DEV void Step(int64_t s) {
+  // here (or the CTA's first stage: first), the barrier, then issue the next weight stage and
+  // step s + 1's raw loads.
+  LS_DEV void Step(int64_t s, bool first) {
     const int buf = (int)(s & 1);
 #pragma unroll
     for (int kc = 0; kc < kTStep; ++kc) {
@@ -119,7 +131,7 @@ struct TiledCtx {
         if (st_t == 0) Xi(buf)[kc * kTBN + st_tok] = f.isc, Xs(buf)[kc * kTBN + st_tok] = f.sum;
       }
     }
-    const bool wstart = (kTStep * s) % kStChunks == 0;
+    const bool wstart = first || (kTStep * s) % kStChunks == 0;
     if (wstart) CpAsyncWait<0>();
     __syncthreads();
     LoadRaw(s + 1);
@@ -153,11 +165,12 @@ struct TiledCtx {
   }
 };
 
-template <uint32_t kType, bool kPre, int kSub>
-LS_DEV void TiledChunk(TiledCtx<kType, kPre>& cx, int64_t c, const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias,
+template <uint32_t kType, bool kPre, bool kSplitK, int kSub>
+LS_DEV void TiledChunk(TiledCtx<kType, kPre, kSplitK>& cx, int64_t c, const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias,
                        float (&acc)[kTM][kTN][4]) {
   using WT = MmaType<kType>;
-  if (c % kTStep == 0) cx.Step(c / kTStep);
+  const bool first = cx.kMidStart && c == cx.c_first;
+  if (c % kTStep == 0 || first) cx.Step(c / kTStep, first);
   const int buf = (int)((c / kTStep) & 1), kc = (int)(c % kTStep);
   const uint4* xh = cx.Xh(buf) + kc * kTBN * 4;
   const uint4* xl = cx.Xl(buf) + kc * kTBN * 4;
@@ -189,28 +202,36 @@ LS_DEV void TiledChunk(TiledCtx<kType, kPre>& cx, int64_t c, const uint8_t* cons
   }
 }
 
-template <uint32_t kType, bool kPre, int... kSubs>
-LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledCtx<kType, kPre>& cx, int64_t c0,
+template <uint32_t kType, bool kPre, bool kSplitK, int... kSubs>
+LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledCtx<kType, kPre, kSplitK>& cx, int64_t c0,
                        const uint8_t* const (&wrow)[kTM][2], int lb, __half2 bias, float (&acc)[kTM][kTN][4]) {
-  (TiledChunk<kType, kPre, kSubs>(cx, c0 + kSubs, wrow, lb, bias, acc), ...);
+  (TiledChunk<kType, kPre, kSplitK, kSubs>(cx, c0 + kSubs, wrow, lb, bias, acc), ...);
 }
 
-template <uint32_t kType, bool kPre>
-__global__ void __launch_bounds__(kSeg * 32, TiledGeom<kType>::kMinBlocks)
+// kSplit: 0 all segments in the CTA; 1 split K (kTiledSplitK); 2 split K at one CTA an SM
+// (kTiledSplitK1: all registers, for Q4_K whose tiles otherwise run two CTAs an SM).
+template <uint32_t kType, bool kPre, int kSplit>
+__global__ void __launch_bounds__(kSeg * 32, kSplit == 2 ? 1 : TiledGeom<kType>::kMinBlocks)
 MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                      const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int units,
-                     PreSplit ps) {
+                     PreSplit ps, float* __restrict__ part) {
+  constexpr bool kSplitK = kSplit != 0;
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
   extern __shared__ __align__(16) uint8_t tsm[];
-  TiledCtx<kType, kPre> cx;
+  TiledCtx<kType, kPre, kSplitK> cx;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   cx.g = lane / 4, cx.t = lane % 4, cx.wm = warp % kTWM, cx.wn = warp / kTWM;
   cx.w = w, cx.rows = rows, cx.row_bytes = row_bytes;
   cx.row0 = (int64_t)blockIdx.x * kTBM;
   const int64_t tok0 = (int64_t)blockIdx.y * kTBN;
   cx.nblk = cols / (32 * WT::kCPB), cx.nch = cols / 32, cx.nws = (cx.nblk + G::kBPS - 1) / G::kBPS;
-  constexpr bool kTotSmem = G::kTotSmem;
+  // kSplitK: this CTA's segment, blocks [b_begin, b_end); else all of them.
+  const int64_t b_begin = kSplitK ? blockIdx.z * cx.nblk / kSeg : 0;
+  const int64_t b_end = kSplitK ? (blockIdx.z + 1) * cx.nblk / kSeg : cx.nblk;
+  if (kSplitK) cx.nws = (b_end + G::kBPS - 1) / G::kBPS;
+  cx.c_first = b_begin * WT::kCPB;
+  constexpr bool kTotSmem = G::kTotSmem && !kSplitK;
   cx.rstride = 16 * units, cx.wbytes = kTBM * cx.rstride;
   cx.wring = tsm, cx.xbuf = tsm + 2 * cx.wbytes;
   cx.stab = reinterpret_cast<float2*>(cx.xbuf + 2 * G::kXBytes);
@@ -219,10 +240,12 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
   cx.xs_row = x + cx.st_n * cols;
   cx.ps = ps;
   const __half2 bias = __float2half2_rn((float)WT::kBias);
-  cx.IssueW(0);
-  cx.LoadRaw(0);
+  if (b_begin < b_end) {  // an empty segment (fewer than 8 blocks) issues nothing and writes zeros
+    cx.IssueW(b_begin / G::kBPS);
+    cx.LoadRaw(cx.c_first / kTStep);
+  }
 
-  float tot[kTotSmem ? 1 : kTM][kTN][4], acc[kTM][kTN][4];
+  float tot[kTotSmem ? 1 : kTM][kTN][4], acc[kTM][kTN][4];  // tot: unused under kSplitK
   float* tsw = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(cx.stab) + G::kSBytes) + warp * kTM * kTN * 4 * 32 + lane;
 #pragma unroll
   for (int mi = 0; mi < kTM; ++mi)
@@ -251,8 +274,10 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
     seg_end = (seg + 1) * cx.nblk / kSeg;
   };
 #pragma unroll 1
-  for (int64_t b = 0; b < cx.nblk; ++b) {
-    while (b >= seg_end) fold();
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    if constexpr (!kSplitK) {
+      while (b >= seg_end) fold();
+    }
     const int64_t j = b / G::kBPS;
     const int lb = (int)(b % G::kBPS);
     const uint8_t* wrow[kTM][2];
@@ -260,9 +285,11 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
     for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) wrow[mi][h] = cx.WRow(j, mi, h);
-    TiledBlock<kType, kPre>(std::make_integer_sequence<int, WT::kCPB>{}, cx, b * WT::kCPB, wrow, lb, bias, acc);
+    TiledBlock<kType, kPre, kSplitK>(std::make_integer_sequence<int, WT::kCPB>{}, cx, b * WT::kCPB, wrow, lb, bias, acc);
   }
-  while (seg < kSeg) fold();
+  if constexpr (!kSplitK) {
+    while (seg < kSeg) fold();
+  }
 #pragma unroll
   for (int mi = 0; mi < kTM; ++mi)
 #pragma unroll
@@ -271,23 +298,40 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
       for (int i = 0; i < 4; ++i) {
         const int64_t r = cx.row0 + 16 * kTM * cx.wm + 16 * mi + cx.g + 8 * (i / 2);
         const int64_t n = tok0 + 32 * cx.wn + 8 * ni + 2 * cx.t + (i % 2);
-        const float v = kTotSmem ? tsw[((mi * kTN + ni) * 4 + i) * 32] : tot[kTotSmem ? 0 : mi][ni][i];
-        if (r < rows && n < T) y[n * rows + r] = __fmul_rn(v, w_scale);
+        if (r >= rows || n >= T) continue;
+        if constexpr (kSplitK) {  // the segment's sum, for SumSegmentsKernel
+          part[((int64_t)blockIdx.z * T + n) * rows + r] = acc[mi][ni][i];
+        } else {
+          const float v = kTotSmem ? tsw[((mi * kTN + ni) * 4 + i) * 32] : tot[kTotSmem ? 0 : mi][ni][i];
+          y[n * rows + r] = __fmul_rn(v, w_scale);
+        }
       }
 }
 
-template <uint32_t kType, bool kPre>
+// kSplitK's second kernel: y[i] = ((part[0][i] + part[1][i]) + ...) + part[7][i], times w_scale
+// (the tiled kernel's fold, in the same order; i = n * rows + r).
+__global__ void SumSegmentsKernel(const float* __restrict__ part, int64_t n, float* __restrict__ y, float w_scale) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v = part[i];
+#pragma unroll
+  for (int s = 1; s < kSeg; ++s) v = __fadd_rn(v, part[s * n + i]);
+  y[i] = __fmul_rn(v, w_scale);
+}
+
+template <uint32_t kType, bool kPre, int kSplit>
 cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
                           float w_scale, MatmulScratch scratch, cudaStream_t stream) {
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
+  constexpr bool kSplitK = kSplit != 0;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
   const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0 && G::kSpan % 16 == 0;
   const int units = aligned ? G::kUnitsAligned : G::kUnitsAny;
   const int smem = G::Bytes(units);
   static bool attr_set = false;
   if (!attr_set) {
-    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType, kPre>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
+    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType, kPre, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
@@ -298,20 +342,39 @@ cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const fl
     const cudaError_t e = LaunchSplit(x, T, cols, scratch, ps, stream);
     if (e != cudaSuccess) return e;
   }
-  const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy);
-  MatmulMmaTiledKernel<kType, kPre><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units, ps);
+  float* part = nullptr;
+  if constexpr (kSplitK) part = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch.data) + TiledSplitKOffset(kPre, T, cols));
+  const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy, kSplitK ? kSeg : 1);
+  MatmulMmaTiledKernel<kType, kPre, kSplit><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units, ps, part);
+  if constexpr (kSplitK) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const int64_t n = T * rows;
+    SumSegmentsKernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, n, y, w_scale);
+  }
   return cudaGetLastError();
 }
 
 template <uint32_t kType>
 cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
-                        float w_scale, MatmulScratch scratch, cudaStream_t stream) {
-  if (scratch.data != nullptr) return LaunchTiledAs<kType, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-  return LaunchTiledAs<kType, false>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+                        float w_scale, MatmulScratch scratch, bool pre, int split_k, cudaStream_t stream) {
+  // One CTA an SM is what the tiles of Q6_K and Q8_0 run anyway: split_k 2 is 1 for them.
+  if constexpr (TiledGeom<kType>::kMinBlocks > 1) {
+    if (split_k == 2) {
+      if (pre) return LaunchTiledAs<kType, true, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+      return LaunchTiledAs<kType, false, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    }
+  }
+  if (split_k != 0) {
+    if (pre) return LaunchTiledAs<kType, true, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    return LaunchTiledAs<kType, false, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+  }
+  if (pre) return LaunchTiledAs<kType, true, 0>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+  return LaunchTiledAs<kType, false, 0>(w, rows, cols, x, T, y, w_scale, scratch, stream);
 }
 
-template cudaError_t LaunchTiled<(uint32_t)q::Type::Q4_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t);
-template cudaError_t LaunchTiled<(uint32_t)q::Type::Q8_0>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t);
-template cudaError_t LaunchTiled<(uint32_t)q::Type::Q6_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t);
+template cudaError_t LaunchTiled<(uint32_t)q::Type::Q4_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, int, cudaStream_t);
+template cudaError_t LaunchTiled<(uint32_t)q::Type::Q8_0>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, int, cudaStream_t);
+template cudaError_t LaunchTiled<(uint32_t)q::Type::Q6_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, int, cudaStream_t);
 
 }  // namespace lockstep::kernels::mma_internal

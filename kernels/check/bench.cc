@@ -52,12 +52,16 @@ void BenchMmaConfigs() {
     std::printf("%6s %9s %9s", "T", "auto", "auto+s");
     for (const char* n : kMmaConfigNames) std::printf(" %9s", n);
     for (size_t c = 0; c < kCfgs; ++c)
-      if (lk::MatmulMmaScratchBytes((uint32_t)ty, 64, 4096, kMmaConfigs[c]) > 0) std::printf(" %9s", (std::string(kMmaConfigNames[c]) + "+s").c_str());
+      if (lk::MatmulMmaScratchBytes((uint32_t)ty, 4096, 4096, 64, kMmaConfigs[c]) > 0) std::printf(" %9s", (std::string(kMmaConfigNames[c]) + "+s").c_str());
     std::printf("\n");
     for (int64_t T : {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
-      Dev<uint8_t> scratch(lk::MatmulMmaScratchBytes((uint32_t)ty, T, 14336, lk::MmaConfig::k32x8));
+      size_t scratch_bytes = 0;
+      for (const auto& m : layer)
+        for (size_t v = 0; v < 2 + kCfgs; ++v)
+          scratch_bytes = std::max(scratch_bytes, lk::MatmulMmaScratchBytes((uint32_t)ty, m.rows, m.cols, T, cfg_of(v)));
+      Dev<uint8_t> scratch(scratch_bytes);
       const int reps = T <= 64 ? 30 : 5;
       // The columns: a "+s" column only for a configuration that takes the split (by type), and
       // only up to T = 256 (-1 prints "-"). The reps are interleaved over the columns (rep r of
@@ -66,7 +70,12 @@ void BenchMmaConfigs() {
       std::vector<size_t> cols;
       std::vector<double> t;
       for (size_t v = 0; v < 2 + 2 * kCfgs; ++v) {
-        if (v >= 2 + kCfgs && lk::MatmulMmaScratchBytes((uint32_t)ty, 64, 4096, cfg_of(v)) == 0) continue;
+        if (v >= 2 + kCfgs && lk::MatmulMmaScratchBytes((uint32_t)ty, 4096, 4096, 64, cfg_of(v)) == 0) continue;
+        if (v >= 2 && v < 2 + kCfgs && lk::MatmulMmaConfigNeedsScratch(cfg_of(v))) {  // runs only with scratch
+          cols.push_back(v);
+          t.push_back(-1);
+          continue;
+        }
         cols.push_back(v);
         t.push_back(v >= 2 + kCfgs && T > 256 ? -1 : 0);
       }
@@ -77,7 +86,7 @@ void BenchMmaConfigs() {
           const size_t v = cols[k];
           const lk::MmaConfig cfg = cfg_of(v);
           for (size_t i = 0; i < layer.size(); ++i) {
-            const size_t sb = with_scratch(v) ? lk::MatmulMmaScratchBytes((uint32_t)ty, T, layer[i].cols, cfg) : 0;
+            const size_t sb = with_scratch(v) ? lk::MatmulMmaScratchBytes((uint32_t)ty, layer[i].rows, layer[i].cols, T, cfg) : 0;
             const lk::MatmulScratch sc = sb > 0 ? lk::MatmulScratch{scratch.p, scratch.n} : lk::MatmulScratch{};
             const auto* w = ws[(r + 2) % 2][i];
             CK(cudaEventRecord(e0));

@@ -70,8 +70,13 @@ void CheckMatmulMma(bool quick) {
         int64_t bad = 0, bad_pre = 0, pre_runs = 0;
         for (int ci = -1; ci < (int)std::size(kMmaConfigs); ++ci) {
           const lk::MmaConfig cfg = ci < 0 ? lk::MmaConfig::kAutoByT : kMmaConfigs[ci];
-          const size_t sb = lk::MatmulMmaScratchBytes((uint32_t)ty, T, cols, cfg);
-          if (ci >= 0) {
+          const size_t sb = lk::MatmulMmaScratchBytes((uint32_t)ty, rows, cols, T, cfg);
+          if (ci >= 0 && lk::MatmulMmaConfigNeedsScratch(cfg)) {
+            // The split-K tiles keep their segment sums in scratch: without it they are refused.
+            inv->Bit(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0) == cudaErrorInvalidValue,
+                     std::string(ctx) + ": " + kMmaConfigNames[ci] + " without scratch was not refused");
+            inv->Bit(sb > 0, std::string(ctx) + ": " + kMmaConfigNames[ci] + " asks for no scratch");
+          } else if (ci >= 0) {
             yc.Poison();
             LAUNCH(lk::LaunchMatmulMma((uint32_t)ty, dw.p, rows, cols, dx.p, T, yc.p, 1.0f, cfg, 0));
             const auto hc = yc.Down();
@@ -91,9 +96,10 @@ void CheckMatmulMma(bool quick) {
                    std::string(ctx) + ": scratch one byte short was not refused");
         }
         inv->Bit(bad == 0, std::string(ctx) + ": a tile configuration changed bits");
-        inv->Bit(bad_pre == 0, std::string(ctx) + ": the split once per launch changed bits");
-        // 32x8, 64x8, 64x16, 32x16 and 64x32 take it for every type (matmul_mma.cu UsesPreSplit).
-        inv->Bit(pre_runs >= 5, std::string(ctx) + ": fewer than five configurations took the split once per launch");
+        inv->Bit(bad_pre == 0, std::string(ctx) + ": the split once per launch or the split-K tiles changed bits");
+        // 32x8, 64x8, 64x16, 32x16 and 64x32 take the split for every type (matmul_mma.cu
+        // UsesPreSplit), and the split-K tiles always take scratch.
+        inv->Bit(pre_runs >= 6, std::string(ctx) + ": fewer than six configurations took scratch");
         std::vector<int64_t> ts;
         if (T <= 9) {
           for (int64_t t = 0; t < T; ++t) ts.push_back(t);
@@ -129,7 +135,8 @@ void CheckMatmulMma(bool quick) {
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096, weights 16-byte aligned or 4 bytes off; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
   inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T), "
-                "each config that takes the split once per launch (by type) and auto also with it (scratch poisoned; one byte short refused); row t of T-row call == T=1 call";
+                "each config that takes the split once per launch (by type), the split-K tiles and auto also with scratch (poisoned; one byte short refused; "
+                "split-K without scratch refused); row t of T-row call == T=1 call";
 }
 
 }  // namespace lockstep::kernels::check

@@ -419,8 +419,9 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
         static_cast<void*>(x.data))));
   }
   if (x.rows == 0) return absl::OkStatus();
-  // The MMA route splits the activations once into this scratch (the same bits as without it).
-  const int64_t ws = static_cast<int64_t>(kernels::MatmulScratchBytes(static_cast<uint32_t>(w.type), x.rows, w.cols));
+  // The MMA route splits the activations once into this scratch and keeps the split-K tiles'
+  // segment sums there (the same bits as without it).
+  const int64_t ws = static_cast<int64_t>(kernels::MatmulScratchBytes(static_cast<uint32_t>(w.type), w.rows, w.cols, x.rows));
   if (ws > 0 && mode_ != Mode::kReplay) {
     RETURN_IF_ERROR(Reserve(matmul_ws_, matmul_ws_capacity_, ws, "matmul scratch"));
   }
