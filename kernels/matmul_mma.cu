@@ -4,6 +4,7 @@
 // matmul_mma_ksplit.cu, matmul_mma_tiled.cu and matmul_mma_staged.cu.
 #include "kernels/matmul_mma.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "engine/quant/types.h"
@@ -14,25 +15,28 @@ namespace {
 
 using namespace mma_internal;  // NOLINT: the route's own internals
 
-// The auto configuration by type and T, and where it takes the split once per launch (docs/kernels.md
-// runs 9, 16, 17 and 18; the layer-set bench, H100). Q4_K: 16x8 up to 8 tokens, 32x16 up to 16,
-// 32x32 up to 32, 64x32 with the split once per launch up to 256, the tiled kernel beyond (without
-// it: the tiled kernel with it measured 10% slower at T = 2048). Q6_K: 16x8 up to 8, 32x16 up to
-// 16, 32x32 up to 256, the tiled kernel beyond, each with the split once per launch past T = 8.
-// Q8_0 (34-byte blocks, read by 16-bit loads): the staged kernel up to 4 tokens, 16x8 up to 8,
-// then with the split once per launch 32x16 up to 16, 32x32 up to 32, 64x32 up to 256, the tiled
-// kernel beyond. Every configuration gives the same bits, with or without the split.
-// From T = 33 to 256, a matrix whose 128 x 64 tiles number fewer than kSplitKTiles takes the
-// tiled kernel with its K segments on 8 CTAs (kTiledSplitK, run 21) where scratch is given.
+// The auto configuration by type, T and rows, and where it takes the split once per launch
+// (docs/kernels.md runs 9, 16, 17, 18 and 21; the layer-set bench, H100). Q4_K: 16x8 up to 8
+// tokens, 32x16 up to 16, 32x32 up to 32, up to 256 the split-K tiles where the matrix has fewer
+// than kSplitKTiles tiles of 128 x 64 and scratch is given (else 64x32 with the split once per
+// launch), the tiled kernel beyond (without the split: with it it measured 10% slower at T =
+// 2048). Q6_K: 16x8 up to 8, 32x16 up to 16, 32x32 up to 256 (the split-K tiles as Q4_K's), the
+// tiled kernel beyond, each with the split once per launch past T = 8. Q8_0 (34-byte blocks,
+// read by 16-bit loads): the staged kernel up to 4 tokens, 16x8 up to 8, then with the split
+// once per launch 32x16 up to 16, 32x32 up to 32, 64x32 up to 256 (the split-K tiles measured
+// 3-14% slower there, run 21), the tiled kernel beyond. Every configuration gives the same bits,
+// with or without the split.
 constexpr int64_t kSplitKTiles = 512;
 
 template <uint32_t kType>
-MmaConfig AutoConfig(int64_t rows, int64_t T) {
+MmaConfig AutoConfig(int64_t rows, int64_t T, bool scratch) {
   if (T <= 8) return kType == (uint32_t)q::Type::Q8_0 && T <= 4 ? MmaConfig::kStaged16x8 : MmaConfig::k16x8;
   if (T <= 16) return MmaConfig::k32x16;
   if (T <= 32) return MmaConfig::k32x32;
   if (T > 256) return MmaConfig::kTiled128x64;
-  if ((rows + 127) / 128 * ((T + 63) / 64) < kSplitKTiles) return MmaConfig::kTiledSplitK;
+  if (kType != (uint32_t)q::Type::Q8_0 && scratch && (rows + 127) / 128 * ((T + 63) / 64) < kSplitKTiles) {
+    return MmaConfig::kTiledSplitK;
+  }
   return kType == (uint32_t)q::Type::Q6_K ? MmaConfig::k32x32 : MmaConfig::k64x32;
 }
 
@@ -65,12 +69,7 @@ template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  if (cfg == MmaConfig::kAutoByT) {
-    cfg = AutoConfig<kType>(rows, T);
-    // Without scratch there is no room for the segment sums: the tiled kernel runs the 8 segments
-    // itself (the same bits).
-    if (cfg == MmaConfig::kTiledSplitK && scratch.data == nullptr) cfg = MmaConfig::kTiled128x64;
-  }
+  if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(rows, T, scratch.data != nullptr);
   const int64_t need = ScratchBytes<kType>(cfg, rows, cols, T);
   if (MatmulMmaConfigNeedsScratch(cfg) && scratch.data == nullptr) return cudaErrorInvalidValue;
   if (need == 0) {
@@ -89,7 +88,66 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   }
 }
 
+// The group form (matmul_mma.h): one K-split launch over every item's row tiles where auto takes
+// a K-split configuration for the group's T (T <= 32: the same for every row count; not the staged
+// kernel), else each item alone. Either way each item gets the configuration's bits, which are
+// every configuration's.
+template <uint32_t kType>
+cudaError_t LaunchGroupTyped(const MatmulGroupItem* items, int n, int64_t cols, const float* x, int64_t T,
+                             MatmulScratch scratch, cudaStream_t stream) {
+  const MmaConfig cfg = AutoConfig<kType>(items[0].rows, T, scratch.data != nullptr);
+  if (n == 1 || T > 32 || cfg == MmaConfig::kStaged16x8) {
+    for (int i = 0; i < n; ++i) {
+      const cudaError_t e = LaunchTyped<kType>(items[i].w, items[i].rows, cols, x, T, items[i].y, 1.0f,
+                                               MmaConfig::kAutoByT, scratch, stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+  const int64_t need = ScratchBytes<kType>(cfg, items[0].rows, cols, T);  // T and cols alone at T <= 32
+  if (need == 0) {
+    scratch = MatmulScratch{};
+  } else if (scratch.data != nullptr && ((int64_t)scratch.bytes < need ||
+                                         reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  GroupRows gr;
+  for (int i = 0; i < n; ++i) {
+    gr.w[i] = static_cast<const uint8_t*>(items[i].w), gr.rows[i] = items[i].rows, gr.y[i] = items[i].y;
+  }
+  gr.n = n;
+  return LaunchKSplit<kType>(cfg, gr.w[0], gr.rows[0], cols, x, T, gr.y[0], 1.0f, scratch, stream, gr);
+}
+
 }  // namespace
+
+cudaError_t LaunchMatmulMmaGroup(uint32_t type_id, const MatmulGroupItem* items, int n, int64_t cols,
+                                 const float* x, int64_t T, cudaStream_t stream, MatmulScratch scratch) {
+  q::TypeTraits tr;
+  if (!MatmulMmaSupportsType(type_id) || !q::LookupType(type_id, &tr)) return cudaErrorInvalidValue;
+  if (items == nullptr || n < 1 || n > kMatmulGroupMax || T < 1 || cols < 32 || cols % 32 != 0 ||
+      cols % tr.block_size != 0 || x == nullptr || reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (items[i].w == nullptr || items[i].y == nullptr || items[i].rows < 1 ||
+        reinterpret_cast<uintptr_t>(items[i].w) % 4 != 0) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  switch ((q::Type)type_id) {
+    case q::Type::Q4_K: return LaunchGroupTyped<(uint32_t)q::Type::Q4_K>(items, n, cols, x, T, scratch, stream);
+    case q::Type::Q8_0: return LaunchGroupTyped<(uint32_t)q::Type::Q8_0>(items, n, cols, x, T, scratch, stream);
+    case q::Type::Q6_K: return LaunchGroupTyped<(uint32_t)q::Type::Q6_K>(items, n, cols, x, T, scratch, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+size_t MatmulMmaGroupScratchBytes(uint32_t type_id, const MatmulGroupItem* items, int n, int64_t cols, int64_t T) {
+  size_t bytes = 0;
+  for (int i = 0; i < n; ++i) bytes = std::max(bytes, MatmulMmaScratchBytes(type_id, items[i].rows, cols, T, MmaConfig::kAutoByT));
+  return bytes;
+}
 
 cudaError_t LaunchMatmulMmaExperts(uint32_t type_id, const void* w, int64_t n_expert, int64_t rpe, int64_t cols,
                                    const int32_t* ids, int64_t n, int64_t k, bool x_per_token, const float* x,
@@ -126,7 +184,7 @@ size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t rows, int64_t cols, int64
   if (T < 1 || cols < 32 || rows < 1) return 0;
   auto bytes = [&](auto type_tag) -> size_t {
     constexpr uint32_t kType = decltype(type_tag)::value;
-    const MmaConfig cfg = config == MmaConfig::kAutoByT ? AutoConfig<kType>(rows, T) : config;
+    const MmaConfig cfg = config == MmaConfig::kAutoByT ? AutoConfig<kType>(rows, T, true) : config;
     return (size_t)ScratchBytes<kType>(cfg, rows, cols, T);
   };
   switch ((q::Type)type_id) {

@@ -79,6 +79,25 @@ cudaError_t LaunchMatmulMma(uint32_t type_id, const void* w, int64_t rows, int64
                             const float* x, int64_t T, float* y, float w_scale, MmaConfig config,
                             cudaStream_t stream, MatmulScratch scratch = {});
 
+// The group form: up to kMatmulGroupMax matrices of one type and column count that read the same x,
+// y_i[T, rows_i] = x[T, cols] . W_i[rows_i, cols]^T, each with exactly the bits LaunchMatmulMma
+// gives it alone (every term depends only on a row of W_i and a row of x), in one launch where the
+// configuration is a K-split one (auto at T <= 32 and for Q8_0 T > 4: the grid's row tiles are
+// W_0's, then W_1's, ...), else as separate launches. Small decode projections (attn_k, attn_v:
+// 64 CTAs alone) then share a grid with attn_q instead of each leaving most SMs idle.
+// items: n in [1, kMatmulGroupMax] of (w, rows, y) as LaunchMatmulMma's; scratch: none or at least
+// MatmulMmaGroupScratchBytes. Returns cudaErrorInvalidValue as LaunchMatmulMma would for any item.
+inline constexpr int kMatmulGroupMax = 3;
+struct MatmulGroupItem {
+  const void* w = nullptr;
+  int64_t rows = 0;
+  float* y = nullptr;
+};
+cudaError_t LaunchMatmulMmaGroup(uint32_t type_id, const MatmulGroupItem* items, int n, int64_t cols,
+                                 const float* x, int64_t T, cudaStream_t stream, MatmulScratch scratch = {});
+// Scratch bytes LaunchMatmulMmaGroup uses: the most any item's auto launch uses.
+size_t MatmulMmaGroupScratchBytes(uint32_t type_id, const MatmulGroupItem* items, int n, int64_t cols, int64_t T);
+
 // The expert-indexed form (kernels/moe.h LaunchMatmulExperts, which calls it for the types where
 // LaunchMatmul takes this route): y[i, r] = sum_c W_e[r, c] * x[xi, c], e = ids[i], with exactly
 // the bits of LaunchMatmulMma on expert e's slice and that x row (T = 1). An id outside

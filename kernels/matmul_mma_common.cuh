@@ -320,11 +320,23 @@ LS_DEV void CpAsync16Z(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// The group form of the K-split kernel (LaunchMatmulMmaGroup): gr.n matrices of one type and
+// column count read the same x; the grid's row tiles are matrix 0's, then matrix 1's, ...; n == 0
+// for a single matrix. tiles[i] is filled by the launcher.
+struct GroupRows {
+  const uint8_t* w[kMatmulGroupMax] = {};
+  int64_t rows[kMatmulGroupMax] = {};
+  float* y[kMatmulGroupMax] = {};
+  int64_t tiles[kMatmulGroupMax] = {};
+  int n = 0;
+};
+
 // The kernel families, instantiated for Q4_K, Q8_0 and Q6_K in their files. Shapes, scratch and
 // configuration are checked by LaunchMatmulMma.
 template <uint32_t kType>
 cudaError_t LaunchKSplit(MmaConfig cfg, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
-                         float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream);
+                         float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream,
+                         const GroupRows& gr = GroupRows{});
 // pre: the split once per launch into scratch; split_k: 1 MmaConfig::kTiledSplitK, 2
 // kTiledSplitK1, their segment sums in scratch at TiledSplitKOffset (8 * T * rows floats); 0 not.
 template <uint32_t kType>

@@ -167,14 +167,24 @@ template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
-                ExpertRows ex, PreSplit ps) {
+                ExpertRows ex, PreSplit ps, GroupRows gr) {
   using WT = MmaType<kType>;
   static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
   static_assert(!(kOnce && kPre), "one source of fragments");
   static_assert(!kT1 || kOnce, "the T = 1 form is a form of the split once");
   extern __shared__ __align__(16) float red[];  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row0 = (int64_t)blockIdx.x * 16 * kMR;
+  int64_t bx = blockIdx.x;
+  if (gr.n > 0) {  // the group form: CTA row tiles of matrix 0, then of matrix 1, ...
+    w = gr.w[0], rows = gr.rows[0], y = gr.y[0];
+#pragma unroll
+    for (int i = 0; i + 1 < kMatmulGroupMax; ++i) {
+      if (i + 1 >= gr.n || bx < gr.tiles[i]) break;
+      bx -= gr.tiles[i];
+      w = gr.w[i + 1], rows = gr.rows[i + 1], y = gr.y[i + 1];
+    }
+  }
+  const int64_t row0 = bx * 16 * kMR;
   int64_t tok0 = (int64_t)blockIdx.y * 8 * kNR;
   if (ex.ids != nullptr) {  // the expert-indexed form: CTA row blockIdx.y is (token, rank) row i
     const int64_t i = blockIdx.y;
@@ -276,7 +286,7 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
 // (SplitKernel), then the K-split kernel reading it.
 template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false>
 cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
-                      float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream) {
+                      float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream, GroupRows gr) {
   using WT = MmaType<kType>;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
   constexpr size_t red = (size_t)kSeg * kMR * kNR * 4 * 32 * sizeof(float);
@@ -297,8 +307,14 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
     const cudaError_t e = LaunchSplit(x, T, cols, scratch, ps, stream);
     if (e != cudaSuccess) return e;
   }
-  const dim3 grid((unsigned)((rows + 16 * kMR - 1) / (16 * kMR)), (unsigned)gy);
-  MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{}, ps);
+  int64_t gx = (rows + 16 * kMR - 1) / (16 * kMR);
+  if (gr.n > 0) {  // every matrix's row tiles in one grid
+    gx = 0;
+    for (int i = 0; i < gr.n; ++i) gx += gr.tiles[i] = (gr.rows[i] + 16 * kMR - 1) / (16 * kMR);
+  }
+  if (gx > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)gx, (unsigned)gy);
+  MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{}, ps, gr);
   return cudaGetLastError();
 }
 
@@ -306,29 +322,29 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
 // caller gave scratch (MatmulScratch), else in the kernel.
 template <uint32_t kType, int kMR, int kNR>
 cudaError_t LaunchSplitCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
-                           float w_scale, MatmulScratch scratch, cudaStream_t stream) {
-  if (scratch.data != nullptr) return LaunchCfg<kType, kMR, kNR, false, false, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-  return LaunchCfg<kType, kMR, kNR>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+                           float w_scale, MatmulScratch scratch, cudaStream_t stream, const GroupRows& gr) {
+  if (scratch.data != nullptr) return LaunchCfg<kType, kMR, kNR, false, false, true>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+  return LaunchCfg<kType, kMR, kNR>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
 }
 
 // The K-split configurations (LaunchTyped's dispatch in matmul_mma.cu); cfg is not auto, scratch
 // already checked (or none).
 template <uint32_t kType>
 cudaError_t LaunchKSplit(MmaConfig cfg, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
-                         float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream) {
+                         float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream, const GroupRows& gr) {
   switch (cfg) {
     case MmaConfig::k16x8:
       // The split once measured 17-21% faster at T = 1, 2-13% at T = 2 and 14% slower for Q4_K
       // at T = 4 (docs/kernels.md run 12).
-      if (T == 1) return LaunchCfg<kType, 1, 1, true, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-      return T <= 2 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, scratch, stream)
-                    : LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    case MmaConfig::k32x8: return LaunchSplitCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    case MmaConfig::k64x8: return LaunchSplitCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    case MmaConfig::k64x16: return LaunchSplitCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    case MmaConfig::k32x16: return LaunchSplitCfg<kType, 2, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    case MmaConfig::k64x32: return LaunchSplitCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    case MmaConfig::k32x32: return LaunchSplitCfg<kType, 2, 4>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+      if (T == 1) return LaunchCfg<kType, 1, 1, true, true>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+      return T <= 2 ? LaunchCfg<kType, 1, 1, true>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr)
+                    : LaunchCfg<kType, 1, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+    case MmaConfig::k32x8: return LaunchSplitCfg<kType, 2, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+    case MmaConfig::k64x8: return LaunchSplitCfg<kType, 4, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+    case MmaConfig::k64x16: return LaunchSplitCfg<kType, 4, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+    case MmaConfig::k32x16: return LaunchSplitCfg<kType, 2, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+    case MmaConfig::k64x32: return LaunchSplitCfg<kType, 4, 4>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
+    case MmaConfig::k32x32: return LaunchSplitCfg<kType, 2, 4>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -350,16 +366,16 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
     const float* xs = x;
     xs += (x_per_token ? i0 / k : i0) * cols;
     MatmulMmaKernel<kType, 1, 1, true, true><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
-        w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex, PreSplit{});
+        w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex, PreSplit{}, GroupRows{});
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
-template cudaError_t LaunchKSplit<(uint32_t)q::Type::Q4_K>(MmaConfig, const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t);
-template cudaError_t LaunchKSplit<(uint32_t)q::Type::Q8_0>(MmaConfig, const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t);
-template cudaError_t LaunchKSplit<(uint32_t)q::Type::Q6_K>(MmaConfig, const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t);
+template cudaError_t LaunchKSplit<(uint32_t)q::Type::Q4_K>(MmaConfig, const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t, const GroupRows&);
+template cudaError_t LaunchKSplit<(uint32_t)q::Type::Q8_0>(MmaConfig, const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t, const GroupRows&);
+template cudaError_t LaunchKSplit<(uint32_t)q::Type::Q6_K>(MmaConfig, const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, cudaStream_t, const GroupRows&);
 template cudaError_t LaunchExpertsTyped<(uint32_t)q::Type::Q4_K>(const uint8_t*, int64_t, int64_t, int64_t, const int32_t*, int64_t, int64_t, bool, const float*, float*, cudaStream_t);
 template cudaError_t LaunchExpertsTyped<(uint32_t)q::Type::Q8_0>(const uint8_t*, int64_t, int64_t, int64_t, const int32_t*, int64_t, int64_t, bool, const float*, float*, cudaStream_t);
 template cudaError_t LaunchExpertsTyped<(uint32_t)q::Type::Q6_K>(const uint8_t*, int64_t, int64_t, int64_t, const int32_t*, int64_t, int64_t, bool, const float*, float*, cudaStream_t);

@@ -95,6 +95,62 @@ absl::Status CheckMatMul(Pair& pair, std::mt19937_64& rng, Line& line) {
   return absl::OkStatus();
 }
 
+// MatMulGroup: every output of a group (mixed types: a run of one type shares a launch on a
+// device backend) has the candidate's own MatMul bits for that weight, and the ref's values within
+// the MatMul bound.
+absl::Status CheckMatMulGroup(Pair& pair, std::mt19937_64& rng, Line& line) {
+  const std::vector<std::vector<Type>> groups = {{Type::Q4_K, Type::Q4_K, Type::Q6_K}, {Type::Q8_0, Type::Q8_0, Type::Q8_0},
+                                                 {Type::Q6_K, Type::Q6_K}, {Type::Q4_K, Type::F16, Type::Q4_K}, {Type::Q4_0}};
+  const int64_t cols = 2304, rows[3] = {259, 37, 16};
+  for (const auto& types : groups) {
+    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}, int64_t{33}}) {
+      const size_t n = types.size();
+      std::vector<std::pair<Weight, Weight>> w(n);
+      std::vector<std::vector<float>> wd(n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSIGN_OR_RETURN(w[i], pair.Bind(types[i], rows[i], cols, rng, -1.0f, 1.0f, &wd[i]));
+      }
+      std::vector<float> x = Pair::Uniform(rng, T * cols, -1.0f, 1.0f);
+      ASSIGN_OR_RETURN(auto xb, pair.Upload(x, T, cols));
+      std::vector<Pair::Buf> yg(n), ys(n);
+      const Weight* wc[3];
+      const Weight* wr[3];
+      Tensor yc[3], yr[3];
+      for (size_t i = 0; i < n; ++i) {
+        ASSIGN_OR_RETURN(yg[i], pair.Poisoned(T, rows[i]));
+        ASSIGN_OR_RETURN(ys[i], pair.Poisoned(T, rows[i]));
+        wc[i] = &w[i].first, wr[i] = &w[i].second, yc[i] = yg[i].t[0], yr[i] = yg[i].t[1];
+      }
+      RETURN_IF_ERROR(pair.cand().MatMulGroup(std::span(wc, n), xb.t[0], std::span(yc, n)));
+      RETURN_IF_ERROR(pair.ref().MatMulGroup(std::span(wr, n), xb.t[1], std::span(yr, n)));
+      std::string names;
+      for (size_t i = 0; i < n; ++i) {
+        RETURN_IF_ERROR(pair.cand().MatMul(w[i].first, xb.t[0], ys[i].t[0]));
+        names += std::string(i ? "," : "") + quant::Traits(types[i]).name;
+        line.Cover("types", quant::Traits(types[i]).name);
+      }
+      line.Case();
+      line.Cover("T", T);
+      line.Cover("group size", static_cast<int64_t>(n));
+      for (size_t i = 0; i < n; ++i) {
+        const std::string where = absl::StrFormat("group {%s} item %d [%d, %d] T %d", names, i, rows[i], cols, T);
+        ASSIGN_OR_RETURN(auto g, pair.GetBytes(0, yg[i].t[0].data, T * rows[i] * 4));
+        ASSIGN_OR_RETURN(auto alone, pair.GetBytes(0, ys[i].t[0].data, T * rows[i] * 4));
+        line.Bytes(g, alone, where + " (group vs its own MatMul)");
+        ASSIGN_OR_RETURN(auto c, pair.Get(0, yg[i].t[0]));
+        ASSIGN_OR_RETURN(auto r, pair.Get(1, yg[i].t[1]));
+        for (int64_t e = 0; e < T * rows[i]; ++e) {
+          const int64_t t = e / rows[i], rr = e % rows[i];
+          double mag = 0;
+          for (int64_t k = 0; k < cols; ++k) mag += std::fabs(double{wd[i][rr * cols + k]} * x[t * cols + k]);
+          line.Element(c[e], r[e], tol::MatMulRtol(cols) * mag + tol::kAtol, where);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRowOps(Pair& pair, std::mt19937_64& rng, std::vector<Line>& lines) {
   Line& norm = lines[0];
   Line& rope = lines[1];
@@ -488,7 +544,8 @@ absl::StatusOr<std::vector<OpCheckLine>> CheckBackendOps(Backend& cand, Backend&
   Pair pair(cand, ref);
   std::vector<Line> lines = {Line("Embed"),  Line("MatMul"), Line("RmsNorm"),      Line("Rope"),
                              Line("Glu"),    Line("Add/Scale/Softcap"), Line("GatherRows"),
-                             Line("KvWrite"), Line("PagedAttention"), Line("GreedyTokens")};
+                             Line("KvWrite"), Line("PagedAttention"), Line("GreedyTokens"),
+                             Line("MatMulGroup")};
   std::vector<Line> family;  // Gated DeltaNet and MoE (op_check_families.cc)
   for (const std::string& name : FamilyOpNames()) family.emplace_back(name);
   for (int round = 0; round < std::max(options.rounds, 1); ++round) {
@@ -503,6 +560,8 @@ absl::StatusOr<std::vector<OpCheckLine>> CheckBackendOps(Backend& cand, Backend&
     RETURN_IF_ERROR(CheckKvWrite(pair, rng, lines[7]));
     RETURN_IF_ERROR(CheckAttention(pair, rng, lines[8]));
     RETURN_IF_ERROR(CheckGreedy(pair, rng, lines[9]));
+    RETURN_IF_ERROR(pair.Begin(RowsStep({0})));
+    RETURN_IF_ERROR(CheckMatMulGroup(pair, rng, lines[10]));
     RETURN_IF_ERROR(CheckFamilyOps(pair, rng, family));
   }
   for (Line& l : family) lines.push_back(std::move(l));

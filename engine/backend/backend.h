@@ -201,6 +201,20 @@ class Backend {
   virtual absl::Status Embed(const Weight& table, Tensor out) = 0;
   // y[t, r] = sum_c W[r, c] * x[t, c].   x: [T, w.cols], y: [T, w.rows]
   virtual absl::Status MatMul(const Weight& w, Tensor x, Tensor y) = 0;
+  // ys[i] = MatMul(*ws[i], x) for every i, with exactly the values of the separate calls (a
+  // device backend may run projections that read the same x as one launch: docs/backends.md).
+  // ws and ys: the same length, at most kMatMulGroupMax.
+  static constexpr int kMatMulGroupMax = 3;
+  virtual absl::Status MatMulGroup(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) {
+    if (ws.size() != ys.size() || ws.size() > kMatMulGroupMax) {
+      return absl::InvalidArgumentError(absl::StrCat("MatMulGroup: ws and ys must have the same length, at most ",
+                                                      kMatMulGroupMax, " (got ", ws.size(), " and ", ys.size(), ")"));
+    }
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (absl::Status s = MatMul(*ws[i], x, ys[i]); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * (w ? w : 1).   x, y: [n, d]; w: F32 [d]
   // or null (y may alias x).
   virtual absl::Status RmsNorm(Tensor x, const Weight* w, float eps, Tensor y) = 0;

@@ -188,7 +188,7 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
 }
 
 absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
-                          backend::KvLayer kv, Tensor h, bool qk_norm) {
+                          backend::KvLayer kv, Tensor h, bool qk_norm, bool kv_projected) {
   const Config& c = b.c;
   const LayerConfig& lc = c.layers[il];
   const LayerDims dm = c.Dims(il);
@@ -201,7 +201,7 @@ absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
                                                 c.rope_mode, l.rope_freqs)
                          : b.be.Rope(x, heads, hd, dm.n_rot, lc.rope_base, c.rope_mode);
   };
-  if (own_kv) {
+  if (own_kv && !kv_projected) {
     RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
     RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
   }
@@ -231,10 +231,20 @@ absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
 
 absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
                             backend::KvLayer kv, Tensor h, Tensor out) {
-  const int64_t q_dim = b.c.Dims(il).q_dim(b.c.n_head);
+  const LayerDims dm = b.c.Dims(il);
+  const int64_t q_dim = dm.q_dim(b.c.n_head);
   const Tensor q = Cols(b.s.q, q_dim), attn = Cols(b.s.attn, q_dim);
-  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
-  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, b.c.qk_norm));
+  // q, k and v read the same h: one MatMulGroup (the separate MatMuls' values; a device backend
+  // may run them as one launch). A KV-shared layer projects q alone.
+  const bool own_kv = b.c.layers[il].kv_source < 0;
+  if (own_kv) {
+    const backend::Weight* ws[3] = {&l.wq, &l.wk, &l.wv};  // [T, n_head * head_dim], [T, kv_dim] x 2
+    const Tensor ys[3] = {q, Cols(b.s.k, dm.kv_dim()), Cols(b.s.v, dm.kv_dim())};
+    RETURN_IF_ERROR(b.be.MatMulGroup(ws, h, ys));
+  } else {
+    RETURN_IF_ERROR(b.be.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
+  }
+  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, b.c.qk_norm, /*kv_projected=*/own_kv));
   RETURN_IF_ERROR(b.emit(il, "kqv", attn));
   return b.be.MatMul(l.wo, attn, out);
 }
@@ -243,8 +253,9 @@ absl::Status DenseFfn(const BlockCtx& b, int64_t il, const LayerWeights& l, Tens
                       Tensor out) {
   const int64_t n_ff = b.c.Dims(il).n_ff;
   const Tensor gate = Cols(b.s.gate, n_ff), up = Cols(b.s.up, n_ff), act = Cols(b.s.act, n_ff);
-  RETURN_IF_ERROR(b.be.MatMul(l.ffn_gate, h, gate));
-  RETURN_IF_ERROR(b.be.MatMul(l.ffn_up, h, up));
+  const backend::Weight* ws[2] = {&l.ffn_gate, &l.ffn_up};  // one MatMulGroup: both read h
+  const Tensor ys[2] = {gate, up};
+  RETURN_IF_ERROR(b.be.MatMulGroup(ws, h, ys));
   RETURN_IF_ERROR(b.be.Glu(gate, up, b.c.act, act));
   return b.be.MatMul(l.ffn_down, act, out);
 }

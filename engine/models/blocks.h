@@ -78,11 +78,12 @@ struct BlockCtx {
 absl::Status PerLayerInputs(backend::Backend& be, const Config& c, const Weights& w,
                             backend::Tensor x, backend::Tensor tmp, backend::Tensor out);
 
-// Softmax attention once q [T, n_head * head_dim] is in b.s.q: the k/v projections of h, the
-// per-head q/k RMSNorm (when qk_norm), RoPE, the KV write and attention into b.s.attn. Shared by
-// the plain and the gated (gdn.h) attention mixers.
+// Softmax attention once q [T, n_head * head_dim] is in b.s.q: the k/v projections of h (unless
+// kv_projected: the caller already put them in b.s.k and b.s.v), the per-head q/k RMSNorm (when
+// qk_norm), RoPE, the KV write and attention into b.s.attn. Shared by the plain and the gated
+// (gdn.h) attention mixers.
 absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
-                          backend::KvLayer kv, backend::Tensor h, bool qk_norm);
+                          backend::KvLayer kv, backend::Tensor h, bool qk_norm, bool kv_projected);
 // Softmax attention over the paged KV cache of `kv`: q/k/v projections of h, per-head q/k
 // RMSNorm (c.qk_norm), RoPE, KV write, attention, output projection into out [T, d].
 absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,

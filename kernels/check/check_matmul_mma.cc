@@ -132,11 +132,61 @@ void CheckMatmulMma(bool quick) {
       }
     }
   }
+  // The group form: each item's rows == its own auto launch, bitwise, with and without scratch.
+  int64_t group_checks = 0;
+  for (q::Type ty : types) {
+    const auto tr = Tr(ty);
+    const int64_t cols = tr.block_size == 32 ? 2080 : 2304;
+    const int64_t rows[3] = {259, 37, 16};
+    std::vector<Dev<uint8_t>*> dws;
+    for (int64_t r : rows) {
+      const std::vector<uint8_t> wq = QuantizeRows(ty, RandVec((size_t)(r * cols)));
+      dws.push_back(new Dev<uint8_t>(wq.size()));
+      CK(cudaMemcpy(dws.back()->p, wq.data(), wq.size(), cudaMemcpyHostToDevice));
+    }
+    for (int64_t T : quick ? std::vector<int64_t>{1, 9} : std::vector<int64_t>{1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64}) {
+      Dev<float> dx = Upload(RandVec((size_t)(T * cols)));
+      for (int n = 1; n <= lk::kMatmulGroupMax; ++n) {
+        std::vector<Dev<float>*> ys;
+        lk::MatmulGroupItem items[lk::kMatmulGroupMax];
+        for (int i = 0; i < n; ++i) {
+          ys.push_back(new Dev<float>(T * rows[i]));
+          items[i] = {dws[i]->p, rows[i], ys.back()->p};
+        }
+        const size_t sb = lk::MatmulMmaGroupScratchBytes((uint32_t)ty, items, n, cols, T);
+        Dev<uint8_t> scratch(std::max<size_t>(sb, 16));
+        for (int with = 0; with < 2; ++with) {
+          for (auto* y : ys) y->Poison();
+          CK(cudaMemset(scratch.p, 0xFF, scratch.n));
+          const lk::MatmulScratch sc = with && sb > 0 ? lk::MatmulScratch{scratch.p, sb} : lk::MatmulScratch{};
+          LAUNCH(lk::LaunchMatmulMmaGroup((uint32_t)ty, items, n, cols, dx.p, T, 0, sc));
+          int64_t bad = 0;
+          for (int i = 0; i < n; ++i) {
+            Dev<float> y1(T * rows[i]);
+            y1.Poison();
+            LAUNCH(lk::LaunchMatmulMma((uint32_t)ty, dws[i]->p, rows[i], cols, dx.p, T, y1.p, 1.0f, lk::MmaConfig::kAutoByT, 0));
+            const auto a1 = y1.Down(), ag = ys[i]->Down();
+            for (size_t k = 0; k < a1.size(); ++k) bad += !SameBits(a1[k], ag[k]);
+          }
+          char ctx[160];
+          std::snprintf(ctx, sizeof ctx, "%s group of %d, cols=%" PRId64 " T=%" PRId64 "%s", tr.name, n, cols, T, with ? " with scratch" : "");
+          inv->Bit(bad == 0, std::string(ctx) + ": an item's rows != its own launch");
+          ++group_checks;
+        }
+        for (auto* y : ys) delete y;
+      }
+    }
+    lk::MatmulGroupItem none[1] = {{dws[0]->p, rows[0], nullptr}};
+    inv->Bit(lk::LaunchMatmulMmaGroup((uint32_t)ty, none, 1, cols, nullptr, 1, 0) == cudaErrorInvalidValue, "group: null x not refused");
+    inv->Bit(lk::LaunchMatmulMmaGroup((uint32_t)ty, none, 0, cols, nullptr, 1, 0) == cudaErrorInvalidValue, "group: n = 0 not refused");
+    for (auto* d : dws) delete d;
+  }
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096, weights 16-byte aligned or 4 bytes off; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
   inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T), "
                 "each config that takes the split once per launch (by type), the split-K tiles and auto also with scratch (poisoned; one byte short refused; "
-                "split-K without scratch refused); row t of T-row call == T=1 call";
+                "split-K without scratch refused); row t of T-row call == T=1 call; the group form (1-3 matrices of rows 259/37/16, T 1..64, "
+                "with and without scratch) == each matrix's own launch (" + std::to_string(group_checks) + " checks)";
 }
 
 }  // namespace lockstep::kernels::check
