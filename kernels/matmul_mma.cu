@@ -50,8 +50,7 @@ bool UsesPreSplit(MmaConfig cfg) {
   switch (cfg) {
     case MmaConfig::k32x8: case MmaConfig::k64x8: case MmaConfig::k64x16: case MmaConfig::k32x16:
     case MmaConfig::k64x32: return true;
-    case MmaConfig::k32x32: case MmaConfig::kTiled128x64: case MmaConfig::kTiledSplitK: case MmaConfig::kTiledSplitK1:
-      return !kQ4K;
+    case MmaConfig::k32x32: case MmaConfig::kTiled128x64: case MmaConfig::kTiledSplitK: return !kQ4K;
     default: return false;  // 16x8; the staged kernel splits in shared memory
   }
 }
@@ -65,6 +64,14 @@ int64_t ScratchBytes(MmaConfig cfg, int64_t rows, int64_t cols, int64_t T) {
   return pre ? PreSplit::Bytes(T, cols) : 0;
 }
 
+// Scratch for a launch that uses need bytes: none kept where it uses none; false where the caller
+// gave scratch that is too small or misaligned (never a silent change of path).
+bool FitScratch(int64_t need, MatmulScratch& scratch) {
+  if (need == 0) scratch = MatmulScratch{};
+  return scratch.data == nullptr ||
+         ((int64_t)scratch.bytes >= need && reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0);
+}
+
 template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
@@ -72,17 +79,11 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(rows, T, scratch.data != nullptr);
   const int64_t need = ScratchBytes<kType>(cfg, rows, cols, T);
   if (MatmulMmaConfigNeedsScratch(cfg) && scratch.data == nullptr) return cudaErrorInvalidValue;
-  if (need == 0) {
-    scratch = MatmulScratch{};
-  } else if (scratch.data != nullptr && ((int64_t)scratch.bytes < need ||
-                                         reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
-    return cudaErrorInvalidValue;  // scratch given but unusable: never a silent change of path
-  }
+  if (!FitScratch(need, scratch)) return cudaErrorInvalidValue;
   const bool pre = scratch.data != nullptr && UsesPreSplit<kType>(cfg);
   switch (cfg) {
-    case MmaConfig::kTiled128x64: case MmaConfig::kTiledSplitK: case MmaConfig::kTiledSplitK1:
-      return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, pre,
-                                cfg == MmaConfig::kTiledSplitK ? 1 : cfg == MmaConfig::kTiledSplitK1 ? 2 : 0, stream);
+    case MmaConfig::kTiled128x64: case MmaConfig::kTiledSplitK:
+      return LaunchTiled<kType>(w, rows, cols, x, T, y, w_scale, scratch, pre, cfg == MmaConfig::kTiledSplitK, stream);
     case MmaConfig::kStaged16x8: return LaunchStaged<kType>(w, rows, cols, x, T, y, w_scale, stream);
     default: return LaunchKSplit<kType>(cfg, w, rows, cols, x, T, y, w_scale, scratch, stream);
   }
@@ -104,13 +105,8 @@ cudaError_t LaunchGroupTyped(const MatmulGroupItem* items, int n, int64_t cols, 
     }
     return cudaSuccess;
   }
-  const int64_t need = ScratchBytes<kType>(cfg, items[0].rows, cols, T);  // T and cols alone at T <= 32
-  if (need == 0) {
-    scratch = MatmulScratch{};
-  } else if (scratch.data != nullptr && ((int64_t)scratch.bytes < need ||
-                                         reinterpret_cast<uintptr_t>(scratch.data) % 16 != 0)) {
-    return cudaErrorInvalidValue;
-  }
+  // T and cols alone decide the bytes at T <= 32.
+  if (!FitScratch(ScratchBytes<kType>(cfg, items[0].rows, cols, T), scratch)) return cudaErrorInvalidValue;
   GroupRows gr;
   for (int i = 0; i < n; ++i) {
     gr.w[i] = static_cast<const uint8_t*>(items[i].w), gr.rows[i] = items[i].rows, gr.y[i] = items[i].y;
@@ -176,9 +172,7 @@ bool MatmulMmaSupportsType(uint32_t type_id) {
   }
 }
 
-bool MatmulMmaConfigNeedsScratch(MmaConfig cfg) {
-  return cfg == MmaConfig::kTiledSplitK || cfg == MmaConfig::kTiledSplitK1;
-}
+bool MatmulMmaConfigNeedsScratch(MmaConfig cfg) { return cfg == MmaConfig::kTiledSplitK; }
 
 size_t MatmulMmaScratchBytes(uint32_t type_id, int64_t rows, int64_t cols, int64_t T, MmaConfig config) {
   if (T < 1 || cols < 32 || rows < 1) return 0;

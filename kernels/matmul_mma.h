@@ -45,11 +45,10 @@ enum class MmaConfig : int {
   kTiledSplitK = 10,  // the tiled kernel's 128 x 64 tiles with its 8 K segments on 8 CTAs (grid z):
                       // each CTA writes its segment's sums to scratch, a second kernel adds them
                       // in the segment chain; needs scratch (refused without it)
-  kTiledSplitK1 = 11,  // kTiledSplitK at one CTA an SM (Q4_K's tiles run two; the others the same kernel)
 };
 
-// Whether configuration cfg needs scratch (MatmulScratch below): only kTiledSplitK and
-// kTiledSplitK1, whose segment sums live there between their two kernels.
+// Whether configuration cfg needs scratch (MatmulScratch below): only kTiledSplitK, whose segment
+// sums live there between its two kernels.
 bool MatmulMmaConfigNeedsScratch(MmaConfig cfg);
 
 // Scratch for the split once per launch and the split-K tiles: with it, the configurations that

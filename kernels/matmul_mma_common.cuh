@@ -337,11 +337,11 @@ template <uint32_t kType>
 cudaError_t LaunchKSplit(MmaConfig cfg, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
                          float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream,
                          const GroupRows& gr = GroupRows{});
-// pre: the split once per launch into scratch; split_k: 1 MmaConfig::kTiledSplitK, 2
-// kTiledSplitK1, their segment sums in scratch at TiledSplitKOffset (8 * T * rows floats); 0 not.
+// pre: the split once per launch into scratch; split_k: MmaConfig::kTiledSplitK, its segment sums
+// in scratch at TiledSplitKOffset (8 * T * rows floats).
 template <uint32_t kType>
 cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
-                        float w_scale, MatmulScratch scratch, bool pre, int split_k, cudaStream_t stream);
+                        float w_scale, MatmulScratch scratch, bool pre, bool split_k, cudaStream_t stream);
 template <uint32_t kType>
 cudaError_t LaunchStaged(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
                          float w_scale, cudaStream_t stream);

@@ -208,14 +208,11 @@ LS_DEV void TiledBlock(std::integer_sequence<int, kSubs...>, TiledCtx<kType, kPr
   (TiledChunk<kType, kPre, kSplitK, kSubs>(cx, c0 + kSubs, wrow, lb, bias, acc), ...);
 }
 
-// kSplit: 0 all segments in the CTA; 1 split K (kTiledSplitK); 2 split K at one CTA an SM
-// (kTiledSplitK1: all registers, for Q4_K whose tiles otherwise run two CTAs an SM).
-template <uint32_t kType, bool kPre, int kSplit>
-__global__ void __launch_bounds__(kSeg * 32, kSplit == 2 ? 1 : TiledGeom<kType>::kMinBlocks)
+template <uint32_t kType, bool kPre, bool kSplitK>
+__global__ void __launch_bounds__(kSeg * 32, TiledGeom<kType>::kMinBlocks)
 MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                      const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int units,
                      PreSplit ps, float* __restrict__ part) {
-  constexpr bool kSplitK = kSplit != 0;
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
   extern __shared__ __align__(16) uint8_t tsm[];
@@ -319,19 +316,18 @@ __global__ void SumSegmentsKernel(const float* __restrict__ part, int64_t n, flo
   y[i] = __fmul_rn(v, w_scale);
 }
 
-template <uint32_t kType, bool kPre, int kSplit>
+template <uint32_t kType, bool kPre, bool kSplitK>
 cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
                           float w_scale, MatmulScratch scratch, cudaStream_t stream) {
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
-  constexpr bool kSplitK = kSplit != 0;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
   const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0 && G::kSpan % 16 == 0;
   const int units = aligned ? G::kUnitsAligned : G::kUnitsAny;
   const int smem = G::Bytes(units);
   static bool attr_set = false;
   if (!attr_set) {
-    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType, kPre, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
+    const cudaError_t e = cudaFuncSetAttribute(MatmulMmaTiledKernel<kType, kPre, kSplitK>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::Bytes(G::kUnitsAny));
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
@@ -345,7 +341,7 @@ cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const fl
   float* part = nullptr;
   if constexpr (kSplitK) part = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch.data) + TiledSplitKOffset(kPre, T, cols));
   const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy, kSplitK ? kSeg : 1);
-  MatmulMmaTiledKernel<kType, kPre, kSplit><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units, ps, part);
+  MatmulMmaTiledKernel<kType, kPre, kSplitK><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units, ps, part);
   if constexpr (kSplitK) {
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -357,24 +353,17 @@ cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const fl
 
 template <uint32_t kType>
 cudaError_t LaunchTiled(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
-                        float w_scale, MatmulScratch scratch, bool pre, int split_k, cudaStream_t stream) {
-  // One CTA an SM is what the tiles of Q6_K and Q8_0 run anyway: split_k 2 is 1 for them.
-  if constexpr (TiledGeom<kType>::kMinBlocks > 1) {
-    if (split_k == 2) {
-      if (pre) return LaunchTiledAs<kType, true, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-      return LaunchTiledAs<kType, false, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    }
+                        float w_scale, MatmulScratch scratch, bool pre, bool split_k, cudaStream_t stream) {
+  if (split_k) {
+    if (pre) return LaunchTiledAs<kType, true, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+    return LaunchTiledAs<kType, false, true>(w, rows, cols, x, T, y, w_scale, scratch, stream);
   }
-  if (split_k != 0) {
-    if (pre) return LaunchTiledAs<kType, true, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-    return LaunchTiledAs<kType, false, 1>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-  }
-  if (pre) return LaunchTiledAs<kType, true, 0>(w, rows, cols, x, T, y, w_scale, scratch, stream);
-  return LaunchTiledAs<kType, false, 0>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+  if (pre) return LaunchTiledAs<kType, true, false>(w, rows, cols, x, T, y, w_scale, scratch, stream);
+  return LaunchTiledAs<kType, false, false>(w, rows, cols, x, T, y, w_scale, scratch, stream);
 }
 
-template cudaError_t LaunchTiled<(uint32_t)q::Type::Q4_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, int, cudaStream_t);
-template cudaError_t LaunchTiled<(uint32_t)q::Type::Q8_0>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, int, cudaStream_t);
-template cudaError_t LaunchTiled<(uint32_t)q::Type::Q6_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, int, cudaStream_t);
+template cudaError_t LaunchTiled<(uint32_t)q::Type::Q4_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, bool, cudaStream_t);
+template cudaError_t LaunchTiled<(uint32_t)q::Type::Q8_0>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, bool, cudaStream_t);
+template cudaError_t LaunchTiled<(uint32_t)q::Type::Q6_K>(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*, float, MatmulScratch, bool, bool, cudaStream_t);
 
 }  // namespace lockstep::kernels::mma_internal

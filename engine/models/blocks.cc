@@ -187,8 +187,16 @@ absl::Status BindLayer(const gguf::File& f, const Config& c, int64_t il, LayerWe
   return absl::OkStatus();
 }
 
+absl::Status ProjectQkv(const BlockCtx& b, int64_t il, const LayerWeights& l, Tensor h, Tensor q_out) {
+  if (b.c.layers[il].kv_source >= 0) return b.be.MatMul(l.wq, h, q_out);  // a KV-shared layer
+  const int64_t kv_dim = b.c.Dims(il).kv_dim();
+  const backend::Weight* ws[3] = {&l.wq, &l.wk, &l.wv};
+  const Tensor ys[3] = {q_out, Cols(b.s.k, kv_dim), Cols(b.s.v, kv_dim)};  // [T, kv_dim] x 2
+  return b.be.MatMulGroup(ws, h, ys);
+}
+
 absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
-                          backend::KvLayer kv, Tensor h, bool qk_norm, bool kv_projected) {
+                          backend::KvLayer kv, bool qk_norm) {
   const Config& c = b.c;
   const LayerConfig& lc = c.layers[il];
   const LayerDims dm = c.Dims(il);
@@ -201,10 +209,6 @@ absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
                                                 c.rope_mode, l.rope_freqs)
                          : b.be.Rope(x, heads, hd, dm.n_rot, lc.rope_base, c.rope_mode);
   };
-  if (own_kv && !kv_projected) {
-    RETURN_IF_ERROR(b.be.MatMul(l.wk, h, k));  // [T, n_kv_head * head_dim]
-    RETURN_IF_ERROR(b.be.MatMul(l.wv, h, v));
-  }
   if (qk_norm) {
     RETURN_IF_ERROR(b.be.RmsNorm(q.Reshaped(hd), &l.q_norm, c.norm_eps, q.Reshaped(hd)));
     if (own_kv) RETURN_IF_ERROR(b.be.RmsNorm(k.Reshaped(hd), &l.k_norm, c.norm_eps, k.Reshaped(hd)));
@@ -231,20 +235,10 @@ absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
 
 absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,
                             backend::KvLayer kv, Tensor h, Tensor out) {
-  const LayerDims dm = b.c.Dims(il);
-  const int64_t q_dim = dm.q_dim(b.c.n_head);
+  const int64_t q_dim = b.c.Dims(il).q_dim(b.c.n_head);
   const Tensor q = Cols(b.s.q, q_dim), attn = Cols(b.s.attn, q_dim);
-  // q, k and v read the same h: one MatMulGroup (the separate MatMuls' values; a device backend
-  // may run them as one launch). A KV-shared layer projects q alone.
-  const bool own_kv = b.c.layers[il].kv_source < 0;
-  if (own_kv) {
-    const backend::Weight* ws[3] = {&l.wq, &l.wk, &l.wv};  // [T, n_head * head_dim], [T, kv_dim] x 2
-    const Tensor ys[3] = {q, Cols(b.s.k, dm.kv_dim()), Cols(b.s.v, dm.kv_dim())};
-    RETURN_IF_ERROR(b.be.MatMulGroup(ws, h, ys));
-  } else {
-    RETURN_IF_ERROR(b.be.MatMul(l.wq, h, q));  // [T, n_head * head_dim]
-  }
-  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, b.c.qk_norm, /*kv_projected=*/own_kv));
+  RETURN_IF_ERROR(ProjectQkv(b, il, l, h, q));  // q: [T, n_head * head_dim]
+  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, b.c.qk_norm));
   RETURN_IF_ERROR(b.emit(il, "kqv", attn));
   return b.be.MatMul(l.wo, attn, out);
 }

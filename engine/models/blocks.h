@@ -78,12 +78,17 @@ struct BlockCtx {
 absl::Status PerLayerInputs(backend::Backend& be, const Config& c, const Weights& w,
                             backend::Tensor x, backend::Tensor tmp, backend::Tensor out);
 
-// Softmax attention once q [T, n_head * head_dim] is in b.s.q: the k/v projections of h (unless
-// kv_projected: the caller already put them in b.s.k and b.s.v), the per-head q/k RMSNorm (when
-// qk_norm), RoPE, the KV write and attention into b.s.attn. Shared by the plain and the gated
-// (gdn.h) attention mixers.
+// The attention projections of h: q_out = h W_q and, for a layer with its own KV, b.s.k and b.s.v
+// = h W_k, h W_v, as one MatMulGroup (the separate MatMuls' values; a device backend may run them
+// as one launch). q_out: [T, W_q.rows] (the gated mixer's q | gate). Shared by the plain and the
+// gated (gdn.h) attention mixers.
+absl::Status ProjectQkv(const BlockCtx& b, int64_t il, const LayerWeights& l, backend::Tensor h,
+                        backend::Tensor q_out);
+// Softmax attention once q [T, n_head * head_dim] is in b.s.q and k, v are projected
+// (ProjectQkv): the per-head q/k RMSNorm (when qk_norm), RoPE, the KV write and attention into
+// b.s.attn. Shared by the plain and the gated (gdn.h) attention mixers.
 absl::Status AttendAfterQ(const BlockCtx& b, int64_t il, const LayerWeights& l,
-                          backend::KvLayer kv, backend::Tensor h, bool qk_norm, bool kv_projected);
+                          backend::KvLayer kv, bool qk_norm);
 // Softmax attention over the paged KV cache of `kv`: q/k/v projections of h, per-head q/k
 // RMSNorm (c.qk_norm), RoPE, KV write, attention, output projection into out [T, d].
 absl::Status AttentionMixer(const BlockCtx& b, int64_t il, const LayerWeights& l,

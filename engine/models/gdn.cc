@@ -178,9 +178,9 @@ absl::Status GatedAttentionMixer(const BlockCtx& b, int64_t il, const LayerWeigh
                                  backend::KvLayer kv, Tensor h, Tensor out) {
   // q and its output gate interleaved per head: [T, n_head * 2 head_dim] -> q | gate.
   const GdnScratch& s = b.s.gdn;
-  RETURN_IF_ERROR(b.be.MatMul(l.wq, h, s.qg));
+  RETURN_IF_ERROR(ProjectQkv(b, il, l, h, s.qg));
   RETURN_IF_ERROR(b.be.SplitHalves(s.qg, b.c.head_dim, b.s.q, s.agate));
-  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, h, /*qk_norm=*/true, /*kv_projected=*/false));
+  RETURN_IF_ERROR(AttendAfterQ(b, il, l, kv, /*qk_norm=*/true));
   RETURN_IF_ERROR(b.be.SigmoidMul(b.s.attn, s.agate, b.s.attn));
   RETURN_IF_ERROR(b.emit(il, "kqv", b.s.attn));
   return b.be.MatMul(l.wo, b.s.attn, out);
