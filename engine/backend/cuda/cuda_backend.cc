@@ -442,6 +442,61 @@ absl::Status CudaBackend::MatMul(const Weight& w, Tensor x, Tensor y) {
       });
 }
 
+absl::Status CudaBackend::MatMulGroup(std::span<const Weight* const> ws, Tensor x,
+                                      std::span<const Tensor> ys) {
+  if (ws.size() != ys.size() || ws.size() > static_cast<size_t>(kMatMulGroupMax)) {
+    return Guard(absl::InvalidArgumentError(absl::StrFormat(
+        "cuda MatMulGroup: ws and ys must have the same length, at most %d (got %d and %d)",
+        kMatMulGroupMax, ws.size(), ys.size())));
+  }
+  static_assert(kMatMulGroupMax <= kernels::kMatmulGroupMax);
+  for (size_t i = 0; i < ws.size();) {
+    // The run of weights from i that can share a launch: one MMA-route type, one column count.
+    size_t j = i + 1;
+    const bool mma = kernels::MatmulAutoUsesMma(static_cast<uint32_t>(ws[i]->type)) && ws[i]->cols % 32 == 0 &&
+                     reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+    while (mma && j < ws.size() && ws[j]->type == ws[i]->type && ws[j]->cols == ws[i]->cols) ++j;
+    if (j - i == 1 || x.rows == 0) {
+      for (size_t k = i; k < j; ++k) RETURN_IF_ERROR(MatMul(*ws[k], x, ys[k]));
+      i = j;
+      continue;
+    }
+    kernels::MatmulGroupItem items[kernels::kMatmulGroupMax];
+    const int n = static_cast<int>(j - i);
+    OpHash hash(30);
+    for (int k = 0; k < n; ++k) {
+      const Weight& w = *ws[i + k];
+      RETURN_IF_ERROR(Guard(CheckWeight("cuda MatMulGroup", w)));
+      RETURN_IF_ERROR(Guard(CheckTensor("cuda MatMulGroup", "x", x, -1, w.cols)));
+      RETURN_IF_ERROR(Guard(CheckTensor("cuda MatMulGroup", absl::StrFormat("ys[%d]", i + k), ys[i + k], x.rows, w.rows)));
+      items[k] = {w.data, w.rows, ys[i + k].data};
+      hash.Mix(w.data).Mix(ys[i + k]);
+    }
+    const uint32_t type = static_cast<uint32_t>(ws[i]->type);
+    const int64_t cols = ws[i]->cols;
+    const int64_t sb = static_cast<int64_t>(kernels::MatmulMmaGroupScratchBytes(type, items, n, cols, x.rows));
+    if (sb > 0 && mode_ != Mode::kReplay) {
+      RETURN_IF_ERROR(Reserve(matmul_ws_, matmul_ws_capacity_, sb, "matmul scratch"));
+    }
+    ASSIGN_OR_RETURN(bool launch, Enter(ws[i]->data, hash.Mix(x).Mix(sb > 0 ? matmul_ws_ : nullptr).value()));
+    if (launch) {
+      RETURN_IF_ERROR(Timed(
+          "MatMulGroup",
+          [&] {
+            return absl::StrFormat("MatMulGroup %s x%d %dx%d T%s", quant::Traits(ws[i]->type).name, n,
+                                   ws[i]->rows, cols, x.rows == 1 ? "=1" : x.rows <= 8 ? "<=8" : ">8");
+          },
+          [&] {
+            kernels::MatmulScratch scratch;
+            if (sb > 0) scratch = {matmul_ws_, static_cast<size_t>(matmul_ws_capacity_)};
+            return kernels::LaunchMatmulMmaGroup(type, items, n, cols, x.data, x.rows, stream_, scratch);
+          }));
+    }
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Tensor y) {
   RETURN_IF_ERROR(Guard(CheckSameShape("cuda RmsNorm", "x", x, "y", y)));
   RETURN_IF_ERROR(Guard(CheckNormWeight("cuda RmsNorm", weight, x.cols)));

@@ -72,6 +72,10 @@ class CudaBackend final : public StepBackend {
   absl::Status BeginStep(const StepMeta& meta) override;
   absl::Status Embed(const Weight& table, Tensor out) override;
   absl::Status MatMul(const Weight& w, Tensor x, Tensor y) override;
+  // Consecutive weights of one type on the MMA route and one column count run as one launch
+  // (kernels::LaunchMatmulMmaGroup: each output has the bits of its own MatMul); the others
+  // as MatMul.
+  absl::Status MatMulGroup(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override;
   absl::Status RmsNorm(Tensor x, const Weight* w, float eps, Tensor y) override;
   absl::Status Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot, float freq_base,
                     RopeMode mode) override;
