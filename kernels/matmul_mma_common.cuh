@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include "engine/quant/types.h"
@@ -61,12 +60,6 @@ LS_DEV uint32_t BytePairToHalf2(uint32_t v, __half2 bias) {
 
 using mma_sync::Mma;
 
-// Byte kB of v as a float, exactly: 2^23 + byte is the float 0x4B0000bb, less 2^23.
-template <int kB>
-LS_DEV float ByteToFloat(uint32_t v) {
-  return __fsub_rn(__uint_as_float(__byte_perm(v, 0x4B000000u, 0x7650u + kB)), 8388608.0f);
-}
-
 // One row's part of one chunk: the two 4-byte words of biased integers (k-step 0 and 1, this
 // lane's elements) and the scales: dl[s] for k-step s (equal for one-scale chunks), -ml.
 struct RowChunk {
@@ -100,19 +93,6 @@ struct MmaType<(uint32_t)q::Type::Q4_K> {
     const float dl = __fmul_rn(H2F(h.h0 & 0xFFFFu), (float)sc);
     r.dl[0] = r.dl[1] = dl;
     r.nml = -__fmul_rn(H2F(h.h0 >> 16), (float)m);
-  }
-  // The block's 8 scales and 8 mins as bytes of four words, and d, dmin as floats: what Scales
-  // decodes per chunk, decoded once a block (ScalesPacked gives Scales's values).
-  struct Packed { uint32_t sc_lo, m_lo, sc_hi, m_hi; float d, dmin; };
-  LS_DEV static Packed Pack(const Hdr& h) {
-    return {h.sa & 0x3F3F3F3Fu, h.sb & 0x3F3F3F3Fu, (h.sc & 0x0F0F0F0Fu) | ((h.sa >> 2) & 0x30303030u),
-            ((h.sc >> 4) & 0x0F0F0F0Fu) | ((h.sb >> 2) & 0x30303030u), H2F(h.h0 & 0xFFFFu), H2F(h.h0 >> 16)};
-  }
-  template <int kSub>
-  LS_DEV static void ScalesPacked(const Packed& p, RowChunk& r) {
-    const float dl = __fmul_rn(p.d, ByteToFloat<kSub & 3>(kSub < 4 ? p.sc_lo : p.sc_hi));
-    r.dl[0] = r.dl[1] = dl;
-    r.nml = -__fmul_rn(p.dmin, ByteToFloat<kSub & 3>(kSub < 4 ? p.m_lo : p.m_hi));
   }
   template <int kSub, class L>
   LS_DEV static void Words(const uint8_t* blk, int t, RowChunk& r) {
@@ -175,23 +155,6 @@ struct MmaType<(uint32_t)q::Type::Q6_K> {
       r.w[k] = lo | (hi << 4);
     }
   }
-};
-
-// What a block's chunks share, decoded once a block where the type has a packed form (Q4_K),
-// else the header itself; PackedScales<kSub> gives MmaType::Scales<kSub>'s values.
-template <uint32_t kType, class = void>
-struct PackOf {
-  using T = typename MmaType<kType>::Hdr;
-  LS_DEV static T Pack(const T& h) { return h; }
-  template <int kSub>
-  LS_DEV static void Scales(const T& p, RowChunk& r) { MmaType<kType>::template Scales<kSub>(p, r); }
-};
-template <uint32_t kType>
-struct PackOf<kType, std::void_t<typename MmaType<kType>::Packed>> {
-  using T = typename MmaType<kType>::Packed;
-  LS_DEV static T Pack(const typename MmaType<kType>::Hdr& h) { return MmaType<kType>::Pack(h); }
-  template <int kSub>
-  LS_DEV static void Scales(const T& p, RowChunk& r) { MmaType<kType>::template ScalesPacked<kSub>(p, r); }
 };
 
 template <uint32_t kType, int kSub, class L>
@@ -280,29 +243,12 @@ LS_DEV void WeightFrags(const uint8_t* w0, const uint8_t* w1, const typename Mma
   HalfFrags(rc, bias, a);
 }
 
-// The A fragments of one m-tile for a type without a bias beyond 1024 (Q4_K: q in 0..15), as
-// binary16 subnormals: the bits 0x00qq are q * 2^-24, exactly, with no HSUB2. Every product, and
-// so every sum the MMA forms, is then the biased form's times 2^-24; TileMath<kSubnormal> takes
-// the 2^24 back out (exact). That the MMA's sums scale exactly is a property of the hardware,
-// checked bitwise against the biased form by kernel_check's invariance line (docs/kernels.md).
-LS_DEV void SubnormalFrags(const RowChunk (&rc)[2], uint32_t (&a)[2][4]) {
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    a[k][0] = __byte_perm(rc[0].w[k], 0u, 0x4140u);
-    a[k][1] = __byte_perm(rc[1].w[k], 0u, 0x4140u);
-    a[k][2] = __byte_perm(rc[0].w[k], 0u, 0x4342u);
-    a[k][3] = __byte_perm(rc[1].w[k], 0u, 0x4342u);
-  }
-}
-
 // kCols 1: only the C fragment's even columns are computed (T = 1: token 2t + 1 >= 1 is never
-// stored), the others stay 0; the computed ones are exactly those of kCols 2. kSubnormal: a
-// from SubnormalFrags.
-template <uint32_t kType, int kCols, bool kSubnormal = false>
+// stored), the others stay 0; the computed ones are exactly those of kCols 2.
+template <uint32_t kType, int kCols>
 LS_DEV void TileMath(const uint32_t (&a)[2][4], const RowChunk (&rc)[2], const uint32_t* bh, const uint32_t* bl,
                      const float* isc, const float* xs, float (&o4)[4]) {
   using WT = MmaType<kType>;
-  static_assert(!kSubnormal || (WT::kBias == 1024 && !WT::kTwoScales), "subnormal fragments: q >= 0, one scale");
   // S over the chunk's two k-steps, or one S per k-step for the two-scale types (Q6_K).
   float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
   float (&sk1)[4] = WT::kTwoScales ? s1 : s0;
@@ -315,7 +261,6 @@ LS_DEV void TileMath(const uint32_t (&a)[2][4], const RowChunk (&rc)[2], const u
     if (kCols == 1 && i % 2 == 1) continue;
     const RowChunk& r = rc[i / 2];
     float& o = o4[i];
-    if constexpr (kSubnormal) s0[i] = __fmul_rn(s0[i], 16777216.0f);  // 2^24
     o = __fmaf_rn(r.dl[0], __fmul_rn(s0[i], isc[i % 2]), o);
     if constexpr (WT::kTwoScales) o = __fmaf_rn(r.dl[1], __fmul_rn(s1[i], isc[i % 2]), o);
     if constexpr (WT::kMin) o = __fmaf_rn(r.nml, xs[i % 2], o);

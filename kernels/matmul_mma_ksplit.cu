@@ -56,8 +56,7 @@ LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt
   __syncwarp();  // the previous step's reads are done
   for (int it0 = 0; it0 < items; it0 += 8) {  // every lane runs every round: SplitX shuffles
     const int it = min(it0 + g, items - 1);
-    // nc is kStChunks but for a segment's last step: shifts then, not a division.
-    const int n = nc == kStChunks ? it / kStChunks : it / nc, c = nc == kStChunks ? it % kStChunks : it % nc;
+    const int n = it / nc, c = it % nc;
     XFrag f;
     LoadX(x + n * cols + 32 * (c_first + c), t, f);
     if (it0 + g < items) {
@@ -72,7 +71,7 @@ LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt
 // Chunk kSub of a block, its fragments from the store (chunk lc0 + kSub of the step) and its
 // weight words already loaded (wv: BlockWords), so the math is ChunkMath's on the same values.
 template <uint32_t kType, int kMR, int kCols, int kSub>
-LS_DEV void StoredChunk(const uint32_t (&wv)[kMR][2][2], const typename PackOf<kType>::T (&hdr)[kMR][2],
+LS_DEV void StoredChunk(const uint32_t (&wv)[kMR][2][2], const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
                         const SplitStore& st, int lc0, int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
   const int lc = lc0 + kSub;
   const int ng = min(g, tt - 1);
@@ -89,18 +88,12 @@ LS_DEV void StoredChunk(const uint32_t (&wv)[kMR][2][2], const typename PackOf<k
     RowChunk rc[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      PackOf<kType>::template Scales<kSub>(hdr[mi][hh], rc[hh]);
+      MmaType<kType>::template Scales<kSub>(hdr[mi][hh], rc[hh]);
       rc[hh].w[0] = wv[mi][hh][0], rc[hh].w[1] = wv[mi][hh][1];
     }
     uint32_t a[2][4];
-    // T = 1 and Q4_K: the subnormal fragments (matmul_mma_common.cuh), fewer instructions, the same bits.
-    constexpr bool kSubnormal = kCols == 1 && kType == (uint32_t)q::Type::Q4_K;
-    if constexpr (kSubnormal) {
-      SubnormalFrags(rc, a);
-    } else {
-      HalfFrags(rc, bias, a);
-    }
-    TileMath<kType, kCols, kSubnormal>(a, rc, bh, bl, isc, xs, acc[mi][0]);
+    HalfFrags(rc, bias, a);
+    TileMath<kType, kCols>(a, rc, bh, bl, isc, xs, acc[mi][0]);
   }
 }
 
@@ -112,27 +105,20 @@ LS_DEV void BlockWords(const uint8_t* const (&blk)[kMR][2], int t, uint32_t (&wv
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       RowChunk r;
-      // Words reads at 4 t past constant offsets: blk is the lane's pointer (wlane), t = 0.
-      MmaType<kType>::template Words<kSub, GlobalLd>(blk[mi][hh], 0, r);
+      MmaType<kType>::template Words<kSub, GlobalLd>(blk[mi][hh], t, r);
       wv[mi][hh][0] = r.w[0], wv[mi][hh][1] = r.w[1];
     }
 }
 
 // A block's chunks: first every chunk's weight words (one round of loads a block, in flight
-// together), then the chunks' math in order. wlane: the block's rows, 4 t bytes in (the lane's
-// words sit at constant offsets from there).
+// together), then the chunks' math in order.
 template <uint32_t kType, int kMR, int kCols, int... kSubs>
-LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wlane)[kMR][2],
+LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&blk)[kMR][2],
                                 const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const SplitStore& st, int lc0,
                                 int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
   uint32_t wv[sizeof...(kSubs)][kMR][2][2];
-  (BlockWords<kType, kMR, kSubs>(wlane, t, wv[kSubs]), ...);
-  typename PackOf<kType>::T ph[kMR][2];
-#pragma unroll
-  for (int mi = 0; mi < kMR; ++mi)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) ph[mi][hh] = PackOf<kType>::Pack(hdr[mi][hh]);
-  (StoredChunk<kType, kMR, kCols, kSubs>(wv[kSubs], ph, st, lc0, tt, g, t, bias, acc), ...);
+  (BlockWords<kType, kMR, kSubs>(blk, t, wv[kSubs]), ...);
+  (StoredChunk<kType, kMR, kCols, kSubs>(wv[kSubs], hdr, st, lc0, tt, g, t, bias, acc), ...);
 }
 
 // One warp per 8 items (token, chunk) = lane group g; the 4 lanes of a group run SplitX together.
@@ -293,13 +279,11 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
   constexpr int kAcc = kMR * kNR * 4;
   const int tt = (int)min((int64_t)8, T - tok0);
   [[maybe_unused]] const SplitStore st(reinterpret_cast<uint8_t*>(red + kSeg * kAcc * 32) + warp * SplitStore::Bytes(tt), tt);
-  // The small-T form carries its block pointers: wblk (headers) and wlane (this lane's words).
   [[maybe_unused]] const uint8_t* wblk[kMR][2];
-  [[maybe_unused]] const uint8_t* wlane[kMR][2];
 #pragma unroll
   for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) wblk[mi][h] = wrow[mi][h] + b_begin * WT::kBB, wlane[mi][h] = wblk[mi][h] + 4 * t;
+    for (int h = 0; h < 2; ++h) wblk[mi][h] = wrow[mi][h] + b_begin * WT::kBB;
   if constexpr (kOnce) PrefetchSegment(w, rows, row_bytes, row0, b_begin * WT::kBB, b_end * WT::kBB, lane);  // kMR == 1
   for (int64_t b = b_begin; b < b_end; ++b) {
     [[maybe_unused]] const int lc0 = (int)((b - b_begin) * WT::kCPB % kStChunks);
@@ -312,12 +296,12 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
       for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
         for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wblk[mi][h], hdr[mi][h]);
-      StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wlane, hdr, st, lc0, tt,
+      StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wblk, hdr, st, lc0, tt,
                                                    g, t, bias, acc);
 #pragma unroll
       for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wblk[mi][h] += WT::kBB, wlane[mi][h] += WT::kBB;
+        for (int h = 0; h < 2; ++h) wblk[mi][h] += WT::kBB;
     } else {
 #pragma unroll
       for (int mi = 0; mi < kMR; ++mi)
