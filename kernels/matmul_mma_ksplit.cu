@@ -68,57 +68,29 @@ LS_DEV void SplitStep(const SplitStore& st, const float* x, int64_t cols, int tt
   __syncwarp();
 }
 
-// Chunk kSub of a block, its fragments from the store (chunk lc0 + kSub of the step) and its
-// weight words already loaded (wv: BlockWords), so the math is ChunkMath's on the same values.
+// Chunk kSub of block b, its fragments from the store (chunk lc0 + kSub of the step).
 template <uint32_t kType, int kMR, int kCols, int kSub>
-LS_DEV void StoredChunk(const uint32_t (&wv)[kMR][2][2], const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
+LS_DEV void StoredChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[kMR][2],
                         const SplitStore& st, int lc0, int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
   const int lc = lc0 + kSub;
+  XTile<1> xt;
   const int ng = min(g, tt - 1);
   const uint4 h = st.h[ng * SplitStore::kTokStride + 4 * lc + t], l = st.l[ng * SplitStore::kTokStride + 4 * lc + t];
-  const uint32_t bh[4] = {h.x, h.y, h.z, h.w}, bl[4] = {l.x, l.y, l.z, l.w};
-  float isc[2], xs[2];
+  xt.bh[0][0] = h.x, xt.bh[0][1] = h.y, xt.bh[0][2] = h.z, xt.bh[0][3] = h.w;
+  xt.bl[0][0] = l.x, xt.bl[0][1] = l.y, xt.bl[0][2] = l.z, xt.bl[0][3] = l.w;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {  // token 2t + j of the n-tile (the C fragment's columns)
     const float2 v = st.sx[min(2 * t + j, tt - 1) * kStChunks + lc];
-    isc[j] = v.x, xs[j] = v.y;
+    xt.isc[0][j] = v.x, xt.xs[0][j] = v.y;
   }
-#pragma unroll
-  for (int mi = 0; mi < kMR; ++mi) {
-    RowChunk rc[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      MmaType<kType>::template Scales<kSub>(hdr[mi][hh], rc[hh]);
-      rc[hh].w[0] = wv[mi][hh][0], rc[hh].w[1] = wv[mi][hh][1];
-    }
-    uint32_t a[2][4];
-    HalfFrags(rc, bias, a);
-    TileMath<kType, kCols>(a, rc, bh, bl, isc, xs, acc[mi][0]);
-  }
+  ChunkMath<kType, kMR, 1, kSub, GlobalLd, kCols>(wrow, b, hdr, xt, t, bias, acc);
 }
 
-// This lane's weight words of chunk kSub for every row of the tile (MmaType::Words, the same loads).
-template <uint32_t kType, int kMR, int kSub>
-LS_DEV void BlockWords(const uint8_t* const (&blk)[kMR][2], int t, uint32_t (&wv)[kMR][2][2]) {
-#pragma unroll
-  for (int mi = 0; mi < kMR; ++mi)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      RowChunk r;
-      MmaType<kType>::template Words<kSub, GlobalLd>(blk[mi][hh], t, r);
-      wv[mi][hh][0] = r.w[0], wv[mi][hh][1] = r.w[1];
-    }
-}
-
-// A block's chunks: first every chunk's weight words (one round of loads a block, in flight
-// together), then the chunks' math in order.
 template <uint32_t kType, int kMR, int kCols, int... kSubs>
-LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&blk)[kMR][2],
+LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[kMR][2], int64_t b,
                                 const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const SplitStore& st, int lc0,
                                 int tt, int g, int t, __half2 bias, float (&acc)[kMR][1][4]) {
-  uint32_t wv[sizeof...(kSubs)][kMR][2][2];
-  (BlockWords<kType, kMR, kSubs>(blk, t, wv[kSubs]), ...);
-  (StoredChunk<kType, kMR, kCols, kSubs>(wv[kSubs], hdr, st, lc0, tt, g, t, bias, acc), ...);
+  (StoredChunk<kType, kMR, kCols, kSubs>(wrow, b, hdr, st, lc0, tt, g, t, bias, acc), ...);
 }
 
 // One warp per 8 items (token, chunk) = lane group g; the 4 lanes of a group run SplitX together.
@@ -183,19 +155,6 @@ LS_DEV void PreChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t
   (PreChunk<kType, kMR, kNR, kSubs>(wrow, b, hdr, ps, xn, cn, t, bias, acc), ...);
 }
 
-// Small T (the split once): a warp's whole K segment of its rows, asked of L2 before its first
-// load (prefetch.global.L2, 128-byte lines), so the DRAM reads of every block are in flight
-// together instead of one round a block. Changes no value read.
-LS_DEV void PrefetchSegment(const uint8_t* w, int64_t rows, int64_t row_bytes, int64_t row0, int64_t byte_begin,
-                            int64_t byte_end, int lane) {
-  // 16 rows: two lanes a row, taking its lines in turn.
-  const int64_t r = row0 + lane % 16;
-  if (r >= rows) return;
-  const uint8_t* p = w + r * row_bytes + (byte_begin & ~(int64_t)127);
-  for (const uint8_t* q = p + 128 * (lane / 16); q < w + r * row_bytes + byte_end; q += 256)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
-}
-
 // The expert-indexed form of the K-split kernel (LaunchMatmulMmaExperts): ids == nullptr for a
 // plain matmul.
 struct ExpertRows {
@@ -210,7 +169,7 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
                 ExpertRows ex, PreSplit ps, GroupRows gr) {
   using WT = MmaType<kType>;
-  static_assert(!kOnce || (kNR == 1 && kMR == 1), "the split once serves one 16 x 8 tile");
+  static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
   static_assert(!(kOnce && kPre), "one source of fragments");
   static_assert(!kT1 || kOnce, "the T = 1 form is a form of the split once");
   extern __shared__ __align__(16) float red[];  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp
@@ -279,39 +238,23 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
   constexpr int kAcc = kMR * kNR * 4;
   const int tt = (int)min((int64_t)8, T - tok0);
   [[maybe_unused]] const SplitStore st(reinterpret_cast<uint8_t*>(red + kSeg * kAcc * 32) + warp * SplitStore::Bytes(tt), tt);
-  [[maybe_unused]] const uint8_t* wblk[kMR][2];
-#pragma unroll
-  for (int mi = 0; mi < kMR; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) wblk[mi][h] = wrow[mi][h] + b_begin * WT::kBB;
-  if constexpr (kOnce) PrefetchSegment(w, rows, row_bytes, row0, b_begin * WT::kBB, b_end * WT::kBB, lane);  // kMR == 1
   for (int64_t b = b_begin; b < b_end; ++b) {
     [[maybe_unused]] const int lc0 = (int)((b - b_begin) * WT::kCPB % kStChunks);
     if constexpr (kOnce) {
       if (lc0 == 0) SplitStep(st, x + tok0 * cols, cols, tt, b * WT::kCPB, (int)min((int64_t)kStChunks, (b_end - b) * WT::kCPB), g, t);
     }
     typename WT::Hdr hdr[kMR][2];
-    if constexpr (kOnce) {  // block pointers carried from block to block (wblk)
 #pragma unroll
-      for (int mi = 0; mi < kMR; ++mi)
+    for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wblk[mi][h], hdr[mi][h]);
-      StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wblk, hdr, st, lc0, tt,
+      for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
+    if constexpr (kOnce) {
+      StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt,
                                                    g, t, bias, acc);
-#pragma unroll
-      for (int mi = 0; mi < kMR; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) wblk[mi][h] += WT::kBB;
+    } else if constexpr (kPre) {
+      PreChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, ps, xn, cn, t, bias, acc);
     } else {
-#pragma unroll
-      for (int mi = 0; mi < kMR; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
-      if constexpr (kPre) {
-        PreChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, ps, xn, cn, t, bias, acc);
-      } else {
-        ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
-      }
+      ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
     }
   }
   // Segment sums through shared memory, then the segment chain and the store.
