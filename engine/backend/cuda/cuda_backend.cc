@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/status.h"
 #include "engine/backend/cuda/cuda_op_hash.h"
@@ -482,9 +483,11 @@ absl::Status CudaBackend::MatMulGroup(std::span<const Weight* const> ws, Tensor 
     if (launch) {
       RETURN_IF_ERROR(Timed(
           "MatMulGroup",
-          [&] {
-            return absl::StrFormat("MatMulGroup %s x%d %dx%d T%s", quant::Traits(ws[i]->type).name, n,
-                                   ws[i]->rows, cols, x.rows == 1 ? "=1" : x.rows <= 8 ? "<=8" : ">8");
+          [&] {  // every matrix's rows: "MatMulGroup Q4_K 4096+1024+1024x4096 T=1"
+            std::string rows;
+            for (int k = 0; k < n; ++k) absl::StrAppend(&rows, k ? "+" : "", items[k].rows);
+            return absl::StrFormat("MatMulGroup %s %sx%d T%s", quant::Traits(ws[i]->type).name, rows, cols,
+                                   x.rows == 1 ? "=1" : x.rows <= 8 ? "<=8" : ">8");
           },
           [&] {
             kernels::MatmulScratch scratch;
