@@ -104,11 +104,18 @@ inline constexpr double kGdnBetaRtol = 16 * kU;
 
 // GatedDeltaRule: every token rescales, updates and reads each state entry once: the L2 norms
 // of q and k (dk + 4) u relative, exp(g) 4u, S^T k and S^T q over dk terms (dk + 1) u each, the
-// rank-one update 2u. With |k| = 1, beta in (0, 1) and decays <= 1 the recurrence does not
-// amplify earlier errors, so after tau tokens of one sequence the error of an output or state
-// entry is at most ~tau (dk + 8) u times the largest magnitude of that (sequence, value head)
-// block; first-order, doubled twice (libm, and a cancelling S^T k):
-//   |o - o_ref| <= GatedDeltaRuleRtol(tau, dk) max|o_ref| (the block) + kAtol; states alike.
+// rank-one update 2u. Column j of the state sees only column j of v, and with |k| = 1,
+// beta in (0, 1) and decays <= 1 the map s_j -> exp(g) (I - beta k k^T) s_j does not amplify,
+// so |s_j| <= N_j, where N_j = |s_j| at the start (0 at position 0) and N_j <- exp(g) N_j +
+// beta |v_j| per token. Every rounding of a token lands in column j at most ~(dk + 8) u N_j in
+// norm (S^T k is a dot bounded by |s_j| |k|), so after tau tokens |s_j - s_j,ref| <=
+// ~tau (dk + 8) u N_j, and an output o_j = s_j . q is off by at most that times |q| plus its
+// own dot's (dk + 1) u N_j |q|. The bound is on N_j |q|, not on |o_j|: s_j . q can cancel
+// (q nearly orthogonal to k after one token), and then |o_j| says nothing of its error.
+// First-order, doubled twice (libm, and the two computations each off by the bound):
+//   |o_j - o_ref| <= GatedDeltaRuleRtol(tau, dk) N_j |q| + kAtol.
+// States: |S_ij - S_ref| <= GatedDeltaRuleRtol(tau, dk) max|S_ref| (that slot and value head)
+// + kAtol; a state block does not cancel as a whole.
 constexpr double GatedDeltaRuleRtol(int64_t tau, int64_t dk) {
   return 4.0 * static_cast<double>((tau + 1) * (dk + 8)) * kU;
 }
