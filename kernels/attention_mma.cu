@@ -14,9 +14,11 @@
 //   - output: o *= alpha, then per k-step of 16 keys (in key order) the MMA of p * 2^14 split
 //     into binary16 h + l (h then l) with the f16 V; the piece's o is that chain times 2^-14.
 // A CTA whose segments hold at most 16 pairs each (decode steps: G pairs) runs its one m-tile on
-// all 8 warps instead of one: warp w computes step w's scores into shared memory (K and V are two
-// cp.async groups, so this overlaps V's copy), then each warp runs every step's softmax (the same
-// operations) and the output chains of its own D / 64 n-tiles of 8 dims.
+// all 8 warps instead of one: warp w computes step w's scores and their max per row (K and V are
+// two cp.async groups, so this overlaps V's copy), then, once every step's max is in shared
+// memory, step w's running max, alpha, p fragments and sums (the operations of the one-warp form,
+// on the same values); then each warp runs, step by step, l, the rescale and the output chains of
+// its own D / 64 n-tiles of 8 dims.
 // Which warp or CTA runs a pair, which other pairs share its m-tile, and which of the step's keys
 // were staged for other rows change no bit of it: a pair's MMA row sees only its own q and p, an
 // invisible key gives p = 0 (+0 products), a step no pair of the m-tile sees is skipped (its
@@ -48,15 +50,17 @@ constexpr int kStepKeys = 32;            // keys per softmax step: 4 n-tiles of 
 constexpr float kPScale = 16384.0f;      // p is split as p * 2^14 (exact), o taken back by 2^-14
 constexpr float kPUnscale = 1.0f / 16384.0f;
 static_assert(kThreads == kAttentionPiece, "one thread per key of the piece when staging");
+static_assert(kAttentionPiece / kStepKeys == kWarps, "the decode form runs one step a warp");
 
 // Halves per staged K or V row: head_dim + 8, so the 8 rows of an ldmatrix hit distinct banks.
 template <int D>
 constexpr int RowStride() { return D + 8; }
-// K and V slices, the slot table, and (kOneTile) the scores of the piece's 8 steps.
+// K and V slices, the slot table, and (kOneTile) the p fragments of the piece's 8 steps and
+// each step's m, alpha and sum per row.
 template <int D, bool kOneTile>
 constexpr size_t SmemBytes() {
   return 2 * (size_t)kAttentionPiece * RowStride<D>() * 2 + (size_t)kAttentionPiece * 8 +
-         (kOneTile ? (size_t)kAttentionPiece * kTilePairs * 4 : 0);
+         (kOneTile ? (size_t)kAttentionPiece * kTilePairs * 4 + 3 * (size_t)kWarps * kTilePairs * 4 : 0);
 }
 
 __device__ __forceinline__ uint32_t PackHalf2(__half lo, __half hi) {
@@ -205,12 +209,13 @@ __device__ __forceinline__ void StepScores(const PagedAttentionParams& p, const 
   }
 }
 
-// The online softmax of one step: the step's max per row (this lane's 8, then the row's 4 lanes),
-// m and alpha, p and the step's sums, l, and the p fragments (n-tiles 2 kk and 2 kk + 1 form
-// k-step kk of the output).
-__device__ __forceinline__ void StepSoftmax(const float (&s)[4][4], float (&m_run)[2], float (&l_run)[2],
-                                            float (&alpha)[2], uint32_t (&ph)[2][4], uint32_t (&pl)[2][4]) {
-  float mx[2] = {-INFINITY, -INFINITY};
+// The online softmax of one step, in two parts that the decode form runs on different warps:
+// StepMax, the step's max per row (this lane's 8, then the row's 4 lanes); StepP, given the
+// running max after the step, p and the step's sums (this lane's 8 p in (n-tile, column) order,
+// then the row's 4 lanes) and the p fragments (n-tiles 2 kk and 2 kk + 1 form k-step kk of the
+// output). StepSoftmax is the two with m, alpha and l between them.
+__device__ __forceinline__ void StepMax(const float (&s)[4][4], float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
@@ -220,18 +225,24 @@ __device__ __forceinline__ void StepSoftmax(const float (&s)[4][4], float (&m_ru
   for (int h2 = 0; h2 < 2; ++h2) {
     mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xFFFFFFFFu, mx[h2], 1));
     mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xFFFFFFFFu, mx[h2], 2));
-    const float m_new = fmaxf(m_run[h2], mx[h2]);
-    alpha[h2] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m_run[h2], m_new));
-    m_run[h2] = m_new;
   }
-  float sum[2] = {0.0f, 0.0f};
+}
+
+// m_new = fmaxf(m_old, the step's max); alpha = expf(m_old - m_new) (1 while both are -inf).
+__device__ __forceinline__ float StepAlpha(float m_old, float m_new) {
+  return m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m_old, m_new));
+}
+
+__device__ __forceinline__ void StepP(const float (&s)[4][4], const float (&m_new)[2], float (&sum)[2],
+                                      uint32_t (&ph)[2][4], uint32_t (&pl)[2][4]) {
+  sum[0] = sum[1] = 0.0f;
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
     __half hh[4], ll[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int h2 = c / 2;
-      const float pv = s[nt][c] == -INFINITY ? 0.0f : expf(__fsub_rn(s[nt][c], m_run[h2]));
+      const float pv = s[nt][c] == -INFINITY ? 0.0f : expf(__fsub_rn(s[nt][c], m_new[h2]));
       sum[h2] = __fadd_rn(sum[h2], pv);
       Split(__fmul_rn(pv, kPScale), hh[c], ll[c]);
     }
@@ -245,8 +256,23 @@ __device__ __forceinline__ void StepSoftmax(const float (&s)[4][4], float (&m_ru
   for (int h2 = 0; h2 < 2; ++h2) {
     sum[h2] = __fadd_rn(sum[h2], __shfl_xor_sync(0xFFFFFFFFu, sum[h2], 1));
     sum[h2] = __fadd_rn(sum[h2], __shfl_xor_sync(0xFFFFFFFFu, sum[h2], 2));
-    l_run[h2] = __fmaf_rn(l_run[h2], alpha[h2], sum[h2]);
   }
+}
+
+__device__ __forceinline__ void StepSoftmax(const float (&s)[4][4], float (&m_run)[2], float (&l_run)[2],
+                                            float (&alpha)[2], uint32_t (&ph)[2][4], uint32_t (&pl)[2][4]) {
+  float mx[2];
+  StepMax(s, mx);
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const float m_new = fmaxf(m_run[h2], mx[h2]);
+    alpha[h2] = StepAlpha(m_run[h2], m_new);
+    m_run[h2] = m_new;
+  }
+  float sum[2];
+  StepP(s, m_run, sum, ph, pl);
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) l_run[h2] = __fmaf_rn(l_run[h2], alpha[h2], sum[h2]);
 }
 
 // The step's output for the n-tiles nt0 .. nt0 + kN - 1 (8 dims each): o *= alpha, then per k-step
@@ -325,11 +351,11 @@ __device__ __forceinline__ void WritePiece(const PagedAttentionParams& p, const 
 }
 
 // kOneTile: every segment of the CTA has at most 16 pairs (rows per CTA * G <= 16: decode steps),
-// so its one m-tile is run by all 8 warps: warp w computes the scores of step w into shared
-// memory while V is still in flight, then every warp runs the softmax of all steps (the same
-// operations in each warp) and the output MMAs of its own D / 64 n-tiles. Otherwise one warp per
-// m-tile runs all of it. The two give the same bits: every value is computed by the same
-// operations, only by other warps.
+// so its one m-tile is run by all 8 warps: warp w computes step w's scores, max, alpha, p
+// fragments and sums (StepMax, StepAlpha, StepP: StepSoftmax's parts) while V is still in
+// flight, then every warp runs l, the rescale and the output MMAs of its own D / 64 n-tiles over
+// the steps in order. Otherwise one warp per m-tile runs all of it. The two give the same bits:
+// every value is computed by the same operations on the same values, only by other warps.
 template <int D, bool kOneTile>
 __global__ void __launch_bounds__(kThreads, 1) MmaPieceKernel(PagedAttentionParams p, int n_pieces,
                                                               int rows_per_cta, float* __restrict__ ws) {
@@ -340,7 +366,12 @@ __global__ void __launch_bounds__(kThreads, 1) MmaPieceKernel(PagedAttentionPara
   __half* ks = reinterpret_cast<__half*>(smem);
   __half* vs = ks + (size_t)kAttentionPiece * kRs;
   int64_t* slot_s = reinterpret_cast<int64_t*>(vs + (size_t)kAttentionPiece * kRs);
-  float* s_buf = reinterpret_cast<float*>(slot_s + kAttentionPiece);  // kOneTile: [step][nt][c][lane]
+  // kOneTile: each step's p fragments [step][16 words][lane], and per step and row the max of
+  // the step's scores, alpha and the step's sum.
+  uint32_t* p_buf = reinterpret_cast<uint32_t*>(slot_s + kAttentionPiece);
+  float* rec_m = reinterpret_cast<float*>(p_buf + (size_t)kAttentionPiece * kTilePairs);
+  float* rec_a = rec_m + kWarps * kTilePairs;
+  float* rec_s = rec_a + kWarps * kTilePairs;
   const int G = p.n_head / p.n_kv_head;
   const int piece = blockIdx.x, kvh = blockIdx.y;
   const int base = piece * kAttentionPiece;
@@ -402,14 +433,45 @@ __global__ void __launch_bounds__(kThreads, 1) MmaPieceKernel(PagedAttentionPara
         uint32_t qh[D / 16][4], ql[D / 16][4];
         QFragments<D>(p, pr, tq, scale2, qh, ql);
         const int st_lo = (tlo - base) / kStepKeys, st_hi = (thi - base) / kStepKeys;
-        for (int st = warp; st <= st_hi; st += kWarps) {
-          if (st < st_lo) continue;
-          float s[4][4];
+        // Step `warp` (a piece has one step a warp) on its own warp: its scores and max per row;
+        // then, with every step's max in shared memory, its m before and after (the running max
+        // over the steps before it, in step order), alpha, p fragments and sums: StepSoftmax's
+        // operations on the same values, so the serial loop below keeps only l, the rescale and
+        // the output MMAs.
+        const int st = warp;
+        const bool mine = st >= st_lo && st <= st_hi;
+        float s[4][4];
+        if (mine) {
           StepScores<D>(p, ks, st * kStepKeys, base, pr, scale2, qh, ql, lane, s);
+          float mx[2];
+          StepMax(s, mx);
+          if (tq == 0) rec_m[st * kTilePairs + g] = mx[0], rec_m[st * kTilePairs + g + 8] = mx[1];
+        }
+        __syncthreads();  // every step's max
+        if (mine) {
+          float m_old[2] = {-INFINITY, -INFINITY}, m_new[2], alpha[2], sum[2];
+          for (int j = st_lo; j < st; ++j) {
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
+            for (int h2 = 0; h2 < 2; ++h2) m_old[h2] = fmaxf(m_old[h2], rec_m[j * kTilePairs + g + 8 * h2]);
+          }
 #pragma unroll
-            for (int c = 0; c < 4; ++c) s_buf[((st * 4 + nt) * 4 + c) * 32 + lane] = s[nt][c];
+          for (int h2 = 0; h2 < 2; ++h2) {
+            m_new[h2] = fmaxf(m_old[h2], rec_m[st * kTilePairs + g + 8 * h2]);
+            alpha[h2] = StepAlpha(m_old[h2], m_new[h2]);
+          }
+          uint32_t ph[2][4], pl[2][4];
+          StepP(s, m_new, sum, ph, pl);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            p_buf[(st * 16 + i) * 32 + lane] = ph[i / 4][i % 4];
+            p_buf[(st * 16 + 8 + i) * 32 + lane] = pl[i / 4][i % 4];
+          }
+          if (tq == 0) {
+#pragma unroll
+            for (int h2 = 0; h2 < 2; ++h2) {
+              rec_a[st * kTilePairs + g + 8 * h2] = alpha[h2];
+              rec_s[st * kTilePairs + g + 8 * h2] = sum[h2];
+            }
           }
         }
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // V
@@ -418,17 +480,22 @@ __global__ void __launch_bounds__(kThreads, 1) MmaPieceKernel(PagedAttentionPara
         float o[kOwn][4];
 #pragma unroll
         for (int nt = 0; nt < kOwn; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-        for (int st = st_lo; st <= st_hi; ++st) {
-          float s[4][4];
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) s[nt][c] = s_buf[((st * 4 + nt) * 4 + c) * 32 + lane];
-          }
+        for (int sj = st_lo; sj <= st_hi; ++sj) {
           float alpha[2];
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int r = sj * kTilePairs + g + 8 * h2;
+            m_run[h2] = fmaxf(m_run[h2], rec_m[r]);
+            alpha[h2] = rec_a[r];
+            l_run[h2] = __fmaf_rn(l_run[h2], alpha[h2], rec_s[r]);
+          }
           uint32_t ph[2][4], pl[2][4];
-          StepSoftmax(s, m_run, l_run, alpha, ph, pl);
-          StepOutput<D, kOwn>(o, alpha, ph, pl, vs, st * kStepKeys, warp * kOwn, lane);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            ph[i / 4][i % 4] = p_buf[(sj * 16 + i) * 32 + lane];
+            pl[i / 4][i % 4] = p_buf[(sj * 16 + 8 + i) * 32 + lane];
+          }
+          StepOutput<D, kOwn>(o, alpha, ph, pl, vs, sj * kStepKeys, warp * kOwn, lane);
         }
         WritePiece<D, kOwn>(p, pr, m_run, l_run, o, warp * kOwn, piece, n_pieces, base, tq, warp == 0, ws);
       }
