@@ -6,6 +6,7 @@
 // of the MMA route (attention_internal.cuh) take attention_mma.cu's piece kernel instead.
 #include "kernels/attention.h"
 #include "kernels/attention_internal.cuh"
+#include "kernels/pdl.cuh"
 
 #include "engine/quant/blocks.h"
 #include "engine/quant/decode.h"
@@ -87,6 +88,7 @@ __device__ __forceinline__ float ClassTree(const float (&a)[kScoreClasses]) {
 template <int kMode>
 __global__ void __launch_bounds__(kThreads) PieceKernel(PagedAttentionParams p, int n_pieces,
                                                         float* __restrict__ ws) {
+  pdl::Begin();
   constexpr bool kFast = kMode == 1;
   __shared__ float qs[kAttentionMaxHeadDim];
   __shared__ float ps[kAttentionPiece];
@@ -267,6 +269,7 @@ __host__ __device__ inline GroupLayout MakeGroupLayout(int D, int G) {
 __global__ void __launch_bounds__(kThreads, 1) GroupKernel(PagedAttentionParams p, int n_pieces,
                                                            int rows_per_cta, int heads_per_cta,
                                                            float* __restrict__ ws) {
+  pdl::Begin();
   extern __shared__ __align__(16) uint8_t smem[];
   const int D = p.head_dim, G = p.n_head / p.n_kv_head;
   const GroupLayout lay = MakeGroupLayout(D, G);
@@ -507,6 +510,7 @@ constexpr int kCombineSmemPieces = 1024;  // 262,144 keys; longer rows take the 
 
 __global__ void __launch_bounds__(kThreads) CombineKernel(PagedAttentionParams p, int n_pieces,
                                                           const float* __restrict__ ws) {
+  pdl::Begin();
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y;
   const RowInfo r = FindRow(p, t);
@@ -660,20 +664,20 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
     int hpc = (G + splits - 1) / splits;
     if (p.group_heads_per_cta > 0) hpc = p.group_heads_per_cta < G ? p.group_heads_per_cta : G;
     splits = (G + hpc - 1) / hpc;
-    GroupKernel<<<dim3(n_pieces, (unsigned)(p.n_kv_head * splits), (unsigned)groups), kThreads, group_smem, stream>>>(
-        p, n_pieces, rows, hpc, ws);
+    pdl::Launch(GroupKernel, dim3(n_pieces, (unsigned)(p.n_kv_head * splits), (unsigned)groups), kThreads, group_smem,
+                stream, p, n_pieces, rows, hpc, ws);
   } else if (fast) {
-    PieceKernel<1><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+    pdl::Launch(PieceKernel<1>, grid, kThreads, 0, stream, p, n_pieces, ws);
   } else if (f32) {
-    PieceKernel<2><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+    pdl::Launch(PieceKernel<2>, grid, kThreads, 0, stream, p, n_pieces, ws);
   } else {
-    PieceKernel<0><<<grid, kThreads, 0, stream>>>(p, n_pieces, ws);
+    pdl::Launch(PieceKernel<0>, grid, kThreads, 0, stream, p, n_pieces, ws);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   // With one piece every row was finished by the piece kernel (the combine would skip them all).
   if (n_pieces == 1) return cudaSuccess;
-  CombineKernel<<<dim3(p.n_head, (unsigned)p.T), kThreads, 0, stream>>>(p, n_pieces, ws);
+  pdl::Launch(CombineKernel, dim3(p.n_head, (unsigned)p.T), kThreads, 0, stream, p, n_pieces, ws);
   return cudaGetLastError();
 }
 

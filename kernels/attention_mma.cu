@@ -34,6 +34,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_internal.cuh"
 #include "kernels/mma_sync.cuh"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels::attention_internal {
 namespace {
@@ -359,6 +360,7 @@ __device__ __forceinline__ void WritePiece(const PagedAttentionParams& p, const 
 template <int D, bool kOneTile>
 __global__ void __launch_bounds__(kThreads, 1) MmaPieceKernel(PagedAttentionParams p, int n_pieces,
                                                               int rows_per_cta, float* __restrict__ ws) {
+  pdl::Begin();
   constexpr int kRs = RowStride<D>();
   constexpr int kONt = D / 8;  // n-tiles of the output
   constexpr int kOwn = kONt / kWarps;  // kOneTile: n-tiles per warp
@@ -540,8 +542,8 @@ cudaError_t Launch(const PagedAttentionParams& p, int n_pieces, int rows, float*
     attr_set = true;
   }
   const int64_t groups = (p.T + rows - 1) / rows;
-  MmaPieceKernel<D, kOneTile><<<dim3(n_pieces, (unsigned)p.n_kv_head, (unsigned)groups), kThreads, bytes, stream>>>(
-      p, n_pieces, rows, ws);
+  pdl::Launch(MmaPieceKernel<D, kOneTile>, dim3(n_pieces, (unsigned)p.n_kv_head, (unsigned)groups), kThreads, bytes,
+              stream, p, n_pieces, rows, ws);
   return cudaGetLastError();
 }
 

@@ -6,6 +6,7 @@
 
 #include "engine/quant/decode.h"
 #include "engine/quant/types.h"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels {
 namespace {
@@ -17,6 +18,7 @@ constexpr int kThreads = 128;
 // src: [n_blocks] of the type's block; dst: [n_blocks * block_size].
 __global__ void DequantizeKernel(uint32_t type_id, const void* __restrict__ src, int64_t n_blocks,
                                  uint32_t block_size, float* __restrict__ dst) {
+  pdl::Begin();
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_blocks; i += stride) {
     q::DecodeBlock(type_id, src, i, dst + i * block_size);
@@ -38,7 +40,7 @@ cudaError_t LaunchDequantize(uint32_t type_id, const void* src, int64_t n, float
   // Enough CTAs to fill an H200 (132 SMs) several times over; the loop covers any remainder.
   const int64_t want = (n_blocks + kThreads - 1) / kThreads;
   const unsigned grid = (unsigned)(want < 132 * 32 ? want : 132 * 32);
-  DequantizeKernel<<<grid, kThreads, 0, stream>>>(type_id, src, n_blocks, t.block_size, dst);
+  pdl::Launch(DequantizeKernel, grid, kThreads, 0, stream, type_id, src, n_blocks, t.block_size, dst);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 
 #include "engine/quant/decode.h"
 #include "engine/quant/types.h"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels {
 namespace {
@@ -22,6 +23,7 @@ unsigned GridFor(int64_t n, int threads = kThreads) {
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(const float* __restrict__ x,
                                                           const float* __restrict__ w, int64_t n,
                                                           float eps, float* y) {
+  pdl::Begin();
   __shared__ float warp_sums[kThreads / 32];
   __shared__ float scale_s;
   const float* xr = x + (int64_t)blockIdx.x * n;
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const float* __restric
 __global__ void RopeKernel(const float* x, const int32_t* __restrict__ positions, int64_t T,
                            int n_head, int head_dim, int n_rot, double base,
                            const float* __restrict__ freq_factors, int mode, float* y) {
+  pdl::Begin();
   const int half = n_rot / 2;
   const int per_head = half + (head_dim - n_rot);
   const int64_t total = T * n_head * per_head;
@@ -80,6 +83,7 @@ __global__ void RopeKernel(const float* x, const int32_t* __restrict__ positions
 __global__ void GluKernel(int op, const float* __restrict__ g, int64_t g_stride,
                           const float* __restrict__ u, int64_t u_stride, int64_t T, int64_t n,
                           float* __restrict__ y) {
+  pdl::Begin();
   const int64_t total = T * n;
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -98,6 +102,7 @@ __global__ void GluKernel(int op, const float* __restrict__ g, int64_t g_stride,
 }
 
 __global__ void AddKernel(const float* a, const float* b, int64_t n, float* y) {
+  pdl::Begin();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     y[i] = __fadd_rn(a[i], b[i]);
@@ -105,6 +110,7 @@ __global__ void AddKernel(const float* a, const float* b, int64_t n, float* y) {
 }
 
 __global__ void ScaleKernel(const float* a, float s, int64_t n, float* y) {
+  pdl::Begin();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     y[i] = __fmul_rn(a[i], s);
@@ -112,6 +118,7 @@ __global__ void ScaleKernel(const float* a, float s, int64_t n, float* y) {
 }
 
 __global__ void SoftcapKernel(const float* a, float cap, int64_t n, float* y) {
+  pdl::Begin();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     y[i] = __fmul_rn(cap, tanhf(__fdiv_rn(a[i], cap)));
@@ -122,6 +129,7 @@ __global__ void SoftcapKernel(const float* a, float cap, int64_t n, float* y) {
 __global__ void GetRowsKernel(uint32_t type_id, const uint8_t* __restrict__ table, int64_t n_rows,
                               int64_t row_bytes, int64_t blocks_per_row, uint32_t block_size,
                               const int32_t* __restrict__ ids, int64_t T, float* __restrict__ y) {
+  pdl::Begin();
   const int64_t total = T * blocks_per_row;
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -139,6 +147,7 @@ __global__ void GetRowsKernel(uint32_t type_id, const uint8_t* __restrict__ tabl
 // One CTA per output row: y[i, :] = x[rows[i], :].
 __global__ void GatherRowsKernel(const float* __restrict__ x, int64_t cols,
                                  const int32_t* __restrict__ rows, float* __restrict__ y) {
+  pdl::Begin();
   const float* src = x + (int64_t)rows[blockIdx.x] * cols;
   float* dst = y + (int64_t)blockIdx.x * cols;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) dst[c] = src[c];
@@ -150,7 +159,7 @@ cudaError_t LaunchRmsNorm(const float* x, const float* w, int64_t T, int64_t n, 
                           cudaStream_t stream) {
   if (x == nullptr || y == nullptr || T < 0 || n < 1 || T > 0x7FFFFFFF) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  RmsNormKernel<<<(unsigned)T, kThreads, 0, stream>>>(x, w, n, eps, y);
+  pdl::Launch(RmsNormKernel, (unsigned)T, kThreads, 0, stream, x, w, n, eps, y);
   return cudaGetLastError();
 }
 
@@ -164,8 +173,8 @@ cudaError_t LaunchRope(const float* x, const int32_t* positions, int64_t T, int 
   if (mode != RopeMode::kNormal && mode != RopeMode::kNeox) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const int64_t total = T * n_head * (n_rot / 2 + head_dim - n_rot);
-  RopeKernel<<<GridFor(total), kThreads, 0, stream>>>(x, positions, T, n_head, head_dim, n_rot,
-                                                      base, freq_factors, (int)mode, y);
+  pdl::Launch(RopeKernel, GridFor(total), kThreads, 0, stream, x, positions, T, n_head, head_dim, n_rot, base,
+              freq_factors, (int)mode, y);
   return cudaGetLastError();
 }
 
@@ -174,28 +183,28 @@ cudaError_t LaunchGlu(GluOp op, const float* g, int64_t g_stride, const float* u
   if (g == nullptr || u == nullptr || y == nullptr || T < 0 || n < 0) return cudaErrorInvalidValue;
   if (op != GluOp::kSilu && op != GluOp::kGeluTanh) return cudaErrorInvalidValue;
   if (T * n == 0) return cudaSuccess;
-  GluKernel<<<GridFor(T * n), kThreads, 0, stream>>>((int)op, g, g_stride, u, u_stride, T, n, y);
+  pdl::Launch(GluKernel, GridFor(T * n), kThreads, 0, stream, (int)op, g, g_stride, u, u_stride, T, n, y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAdd(const float* a, const float* b, int64_t n, float* y, cudaStream_t stream) {
   if (a == nullptr || b == nullptr || y == nullptr || n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  AddKernel<<<GridFor(n), kThreads, 0, stream>>>(a, b, n, y);
+  pdl::Launch(AddKernel, GridFor(n), kThreads, 0, stream, a, b, n, y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchScale(const float* a, float s, int64_t n, float* y, cudaStream_t stream) {
   if (a == nullptr || y == nullptr || n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  ScaleKernel<<<GridFor(n), kThreads, 0, stream>>>(a, s, n, y);
+  pdl::Launch(ScaleKernel, GridFor(n), kThreads, 0, stream, a, s, n, y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSoftcap(const float* a, float cap, int64_t n, float* y, cudaStream_t stream) {
   if (a == nullptr || y == nullptr || n < 0 || !(cap > 0.0f)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  SoftcapKernel<<<GridFor(n), kThreads, 0, stream>>>(a, cap, n, y);
+  pdl::Launch(SoftcapKernel, GridFor(n), kThreads, 0, stream, a, cap, n, y);
   return cudaGetLastError();
 }
 
@@ -209,9 +218,8 @@ cudaError_t LaunchGetRows(uint32_t type_id, const void* table, int64_t n_rows, i
   }
   if (T == 0) return cudaSuccess;
   const int64_t bpr = cols / t.block_size;
-  GetRowsKernel<<<GridFor(T * bpr), kThreads, 0, stream>>>(
-      type_id, static_cast<const uint8_t*>(table), n_rows, bpr * t.type_size, bpr, t.block_size,
-      ids, T, y);
+  pdl::Launch(GetRowsKernel, GridFor(T * bpr), kThreads, 0, stream, type_id, static_cast<const uint8_t*>(table), n_rows,
+              bpr * t.type_size, bpr, t.block_size, ids, T, y);
   return cudaGetLastError();
 }
 
@@ -221,7 +229,7 @@ cudaError_t LaunchGatherRows(const float* x, int64_t cols, const int32_t* rows, 
     return cudaErrorInvalidValue;
   }
   if (R == 0) return cudaSuccess;
-  GatherRowsKernel<<<(unsigned)R, kThreads, 0, stream>>>(x, cols, rows, y);
+  pdl::Launch(GatherRowsKernel, (unsigned)R, kThreads, 0, stream, x, cols, rows, y);
   return cudaGetLastError();
 }
 

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "kernels/pdl.cuh"
+
 namespace lockstep::kernels {
 namespace {
 
@@ -19,6 +21,7 @@ __device__ __forceinline__ float Silu(float a) { return __fdiv_rn(a, __fadd_rn(1
 // One thread per (sequence, channel): its K - 1 history values in registers, every row in order.
 __global__ void CausalConvSiluKernel(GdnStepParams st, const float* x, const float* __restrict__ w,
                                      int64_t C, int K, float* __restrict__ conv_state, float* y) {
+  pdl::Begin();
   constexpr int kH = kGdnMaxConvKernel - 1;
   const int64_t conv_floats = (int64_t)(K - 1) * C;
   for (int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; item < st.n_seq * C;
@@ -73,6 +76,7 @@ __global__ void CausalConvSiluKernel(GdnStepParams st, const float* x, const flo
 __global__ void GdnGatesKernel(const float* a, const float* b, const float* __restrict__ dt_bias,
                                const float* __restrict__ ssm_a, int64_t T, int64_t H, float* g,
                                float* beta) {
+  pdl::Begin();
   for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < T * H;
        o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t h = o % H;
@@ -96,6 +100,7 @@ __device__ __forceinline__ float WarpSumSquares(const float* v, int n, int lane)
 
 // One CTA per (sequence, value head); thread j < dv owns column j of S.
 __global__ void GatedDeltaRuleKernel(GdnStepParams st, GatedDeltaRuleParams p) {
+  pdl::Begin();
   extern __shared__ float smem[];
   const int dk = p.dk, dv = p.dv, Hv = p.n_v_head;
   float* S = smem;           // [dk, dv]
@@ -166,6 +171,7 @@ __global__ void GatedDeltaRuleKernel(GdnStepParams st, GatedDeltaRuleParams p) {
 __global__ void __launch_bounds__(kThreads)
     GatedRmsNormKernel(const float* x, const float* __restrict__ w, const float* z, int64_t d,
                        float eps, float* y) {
+  pdl::Begin();
   __shared__ float warp_sums[kThreads / 32];
   __shared__ float scale_s;
   const float* xr = x + (int64_t)blockIdx.x * d;
@@ -191,6 +197,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void SplitHalvesKernel(const float* __restrict__ x, int64_t T, int64_t half, int64_t m,
                                   float* __restrict__ a, float* __restrict__ b) {
+  pdl::Begin();
   for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < T * half;
        o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = o / half, col = o % half, grp = col / m, i = col % m;
@@ -215,8 +222,7 @@ cudaError_t LaunchCausalConvSilu(const GdnStepParams& step, const float* x, cons
     return cudaErrorInvalidValue;
   }
   if (step.T == 0 || step.n_seq == 0) return cudaSuccess;
-  CausalConvSiluKernel<<<GridFor(step.n_seq * C), kThreads, 0, stream>>>(step, x, w, C, K,
-                                                                          conv_state, y);
+  pdl::Launch(CausalConvSiluKernel, GridFor(step.n_seq * C), kThreads, 0, stream, step, x, w, C, K, conv_state, y);
   return cudaGetLastError();
 }
 
@@ -228,7 +234,7 @@ cudaError_t LaunchGdnGates(const float* a, const float* b, const float* dt_bias,
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  GdnGatesKernel<<<GridFor(T * H), kThreads, 0, stream>>>(a, b, dt_bias, ssm_a, T, H, g, beta);
+  pdl::Launch(GdnGatesKernel, GridFor(T * H), kThreads, 0, stream, a, b, dt_bias, ssm_a, T, H, g, beta);
   return cudaGetLastError();
 }
 
@@ -256,7 +262,7 @@ cudaError_t LaunchGatedDeltaRule(const GdnStepParams& step, const GatedDeltaRule
     }
   }
   const int threads = p.dv < 32 ? 32 : (p.dv + 31) / 32 * 32;
-  GatedDeltaRuleKernel<<<(unsigned)ctas, threads, (size_t)smem, stream>>>(step, p);
+  pdl::Launch(GatedDeltaRuleKernel, (unsigned)ctas, threads, (size_t)smem, stream, step, p);
   return cudaGetLastError();
 }
 
@@ -267,7 +273,7 @@ cudaError_t LaunchGatedRmsNorm(const float* x, const float* w, const float* z, i
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  GatedRmsNormKernel<<<(unsigned)T, kThreads, 0, stream>>>(x, w, z, d, eps, y);
+  pdl::Launch(GatedRmsNormKernel, (unsigned)T, kThreads, 0, stream, x, w, z, d, eps, y);
   return cudaGetLastError();
 }
 
@@ -278,7 +284,7 @@ cudaError_t LaunchSplitHalves(const float* x, int64_t T, int64_t half, int64_t m
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  SplitHalvesKernel<<<GridFor(T * half), kThreads, 0, stream>>>(x, T, half, m, a, b);
+  pdl::Launch(SplitHalvesKernel, GridFor(T * half), kThreads, 0, stream, x, T, half, m, a, b);
   return cudaGetLastError();
 }
 

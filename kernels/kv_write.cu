@@ -6,6 +6,7 @@
 #include "engine/quant/blocks.h"
 #include "engine/quant/fp.h"
 #include "engine/quant/kv_format.h"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels {
 namespace {
@@ -84,6 +85,7 @@ __device__ void QuantQ5_1(const float* x, uint8_t* dst) {
 __global__ void KvWriteBlocksKernel(uint32_t fmt, const float* __restrict__ src,
                                     const int32_t* __restrict__ slots, int64_t T, int64_t kv_dim,
                                     int64_t row_bytes, uint8_t* __restrict__ cache) {
+  pdl::Begin();
   const int64_t bpr = kv_dim / 32;
   const int64_t total = T * bpr;
   const int64_t bytes = fmt == (uint32_t)q::KvFormat::kQ8_0 ? 34 : (fmt == (uint32_t)q::KvFormat::kQ5_1 ? 24 : 18);
@@ -104,6 +106,7 @@ __global__ void KvWriteBlocksKernel(uint32_t fmt, const float* __restrict__ src,
 __global__ void KvWriteElemsKernel(uint32_t fmt, const float* __restrict__ src,
                                    const int32_t* __restrict__ slots, int64_t T, int64_t kv_dim,
                                    int64_t row_bytes, uint8_t* __restrict__ cache) {
+  pdl::Begin();
   const int64_t total = T * kv_dim;
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -138,11 +141,11 @@ cudaError_t LaunchKvWrite(uint32_t fmt, const float* src, const int32_t* slots, 
   const int64_t want = (n + 255) / 256;
   const unsigned grid = (unsigned)(want < 132 * 64 ? want : 132 * 64);
   if (blocks) {
-    KvWriteBlocksKernel<<<grid, 256, 0, stream>>>(fmt, src, slots, T, kv_dim, row_bytes,
-                                                  static_cast<uint8_t*>(cache));
+    pdl::Launch(KvWriteBlocksKernel, grid, 256, 0, stream, fmt, src, slots, T, kv_dim, row_bytes,
+                static_cast<uint8_t*>(cache));
   } else {
-    KvWriteElemsKernel<<<grid, 256, 0, stream>>>(fmt, src, slots, T, kv_dim, row_bytes,
-                                                 static_cast<uint8_t*>(cache));
+    pdl::Launch(KvWriteElemsKernel, grid, 256, 0, stream, fmt, src, slots, T, kv_dim, row_bytes,
+                static_cast<uint8_t*>(cache));
   }
   return cudaGetLastError();
 }

@@ -21,6 +21,7 @@
 #include "kernels/matmul_mma.h"
 #include "kernels/matmul_odd_cols.h"
 #include "kernels/matmul_weights.cuh"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels {
 namespace {
@@ -244,6 +245,7 @@ __global__ void __launch_bounds__(128)
     MatmulDecodeKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                        const float* __restrict__ x, int64_t T, float* __restrict__ y,
                        float w_scale, int unit, int x_smem_bytes) {
+  pdl::Begin();
   using G = DecGeom<kType, kR>;
   extern __shared__ __align__(16) uint8_t dyn_smem[];
 
@@ -432,6 +434,7 @@ __global__ void __launch_bounds__(kTiledThreads, 2)
     MatmulTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                       const float* __restrict__ x, int64_t T, float* __restrict__ y,
                       float w_scale) {
+  pdl::Begin();
   using U = typename UnitT<kUnit>::T;
   constexpr int kGB = kGroupBytes<kType>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -530,6 +533,7 @@ __global__ void __launch_bounds__(kTiledThreads, 2)
 template <uint32_t kType>
 __global__ void DecodeWeightsKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
                                     int64_t row_bytes, float* __restrict__ out) {
+  pdl::Begin();
   constexpr int kGB = kGroupBytes<kType>;
   const int64_t n_chunks = cols / kChunk;
   const int64_t total = rows * n_chunks;
@@ -602,8 +606,8 @@ cudaError_t LaunchDecodeR(const uint8_t* w, int64_t rows, int64_t cols, int64_t 
     }
   }
   const dim3 grid((unsigned)((warps + nw - 1) / nw), (unsigned)((T + kTT - 1) / kTT));
-  MatmulDecodeKernel<kType, kTT, kR><<<grid, nw * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y,
-                                                                       w_scale, unit, x_smem);
+  pdl::Launch(MatmulDecodeKernel<kType, kTT, kR>, grid, nw * 32, smem, stream, w, rows, cols, row_bytes, x, T, y,
+              w_scale, unit, x_smem);
   return cudaGetLastError();
 }
 
@@ -670,17 +674,16 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
   const dim3 grid((unsigned)((rows + kBM - 1) / kBM), (unsigned)((T + kBN - 1) / kBN));
   constexpr size_t smem = TiledSmemBytes<kType>();
   cudaError_t e = cudaSuccess;
-#define LS_TILED(U)                                                                              \
-  do {                                                                                           \
-    static bool attr_set = false;                                                                \
-    if (!attr_set) {                                                                             \
-      e = cudaFuncSetAttribute(MatmulTiledKernel<kType, U>,                                      \
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);          \
-      if (e != cudaSuccess) return e;                                                            \
-      attr_set = true;                                                                           \
-    }                                                                                            \
-    MatmulTiledKernel<kType, U><<<grid, kTiledThreads, smem, stream>>>(w, rows, cols, row_bytes, \
-                                                                       x, T, y, w_scale);        \
+#define LS_TILED(U)                                                                                                  \
+  do {                                                                                                               \
+    static bool attr_set = false;                                                                                    \
+    if (!attr_set) {                                                                                                 \
+      e = cudaFuncSetAttribute(MatmulTiledKernel<kType, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem); \
+      if (e != cudaSuccess) return e;                                                                                \
+      attr_set = true;                                                                                               \
+    }                                                                                                                \
+    pdl::Launch(MatmulTiledKernel<kType, U>, grid, kTiledThreads, smem, stream, w, rows, cols, row_bytes, x, T, y,   \
+                w_scale);                                                                                            \
   } while (0)
   switch (unit) {
     case 16: LS_TILED(16); break;
@@ -699,8 +702,8 @@ cudaError_t LaunchDecodeTyped(const void* w, int64_t rows, int64_t cols, float* 
   const int64_t total = rows * (cols / kChunk);
   const int64_t want = (total + 127) / 128;
   const unsigned grid = (unsigned)(want < 132 * 16 ? want : 132 * 16);
-  DecodeWeightsKernel<kType><<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(w), rows, cols,
-                                                       row_bytes, out);
+  pdl::Launch(DecodeWeightsKernel<kType>, grid, 128, 0, stream, static_cast<const uint8_t*>(w), rows, cols, row_bytes,
+              out);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
 // warp (small T) or once per launch into the caller's scratch (SplitKernel); and its
 // expert-indexed form.
 #include "kernels/matmul_mma_common.cuh"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels::mma_internal {
 
@@ -97,6 +98,7 @@ LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint
 __global__ void __launch_bounds__(kSeg * 32) SplitKernel(const float* __restrict__ x, int64_t T, int64_t cols,
                                                          uint4* __restrict__ h, uint4* __restrict__ l,
                                                          float2* __restrict__ sx) {
+  pdl::Begin();
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t nch = cols / 32, items = T * nch;
   const int64_t it0 = ((int64_t)blockIdx.x * kSeg + threadIdx.x / 32) * 8;
@@ -119,7 +121,7 @@ cudaError_t LaunchSplit(const float* x, int64_t T, int64_t cols, MatmulScratch s
   float2* sx = reinterpret_cast<float2*>(l + items * 4);
   const int64_t blocks = (items + 8 * kSeg - 1) / (8 * kSeg);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  SplitKernel<<<(unsigned)blocks, kSeg * 32, 0, stream>>>(x, T, cols, h, l, sx);
+  pdl::Launch(SplitKernel, (unsigned)blocks, kSeg * 32, 0, stream, x, T, cols, h, l, sx);
   ps.h = h, ps.l = l, ps.sx = sx, ps.nch = nch;
   return cudaGetLastError();
 }
@@ -168,6 +170,7 @@ __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
                 ExpertRows ex, PreSplit ps, GroupRows gr) {
+  pdl::Begin();
   using WT = MmaType<kType>;
   static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
   static_assert(!(kOnce && kPre), "one source of fragments");
@@ -314,7 +317,8 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   }
   if (gx > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)gx, (unsigned)gy);
-  MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, ExpertRows{}, ps, gr);
+  pdl::Launch(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre>, grid, kSeg * 32, smem, stream, w, rows, cols,
+              row_bytes, x, T, y, w_scale, ExpertRows{}, ps, gr);
   return cudaGetLastError();
 }
 
@@ -365,8 +369,8 @@ cudaError_t LaunchExpertsTyped(const uint8_t* w, int64_t n_expert, int64_t rpe, 
     ex.ids = ids + i0, ex.n_expert = n_expert, ex.k = k, ex.x_per_token = x_per_token;
     const float* xs = x;
     xs += (x_per_token ? i0 / k : i0) * cols;
-    MatmulMmaKernel<kType, 1, 1, true, true><<<dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream>>>(
-        w, rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex, PreSplit{}, GroupRows{});
+    pdl::Launch(MatmulMmaKernel<kType, 1, 1, true, true>, dim3((unsigned)gx, (unsigned)m), kSeg * 32, smem, stream, w,
+                rpe, cols, row_bytes, xs, 1, y + i0 * rpe, 1.0f, ex, PreSplit{}, GroupRows{});
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

@@ -1,6 +1,7 @@
 // The MMA route's staged kernel for small T (kernels/matmul_mma_common.cuh states the per-chunk
 // arithmetic, the K-split kernel's).
 #include "kernels/matmul_mma_common.cuh"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels::mma_internal {
 
@@ -76,6 +77,7 @@ template <uint32_t kType, int kStages, bool kSplitOnce>
 __global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaStagedKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                       const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int tmax) {
+  pdl::Begin();
   using WT = MmaType<kType>;
   using G = StagedGeom<kType>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -200,8 +202,8 @@ cudaError_t LaunchStagedAs(const uint8_t* w, int64_t rows, int64_t cols, const f
     attr_set = true;
   }
   using WT = MmaType<kType>;
-  MatmulMmaStagedKernel<kType, kStages, kSplitOnce><<<dim3((unsigned)gx, (unsigned)gy), kSeg * 32, smem, stream>>>(
-      w, rows, cols, cols / WT::kBE * WT::kBB, x, T, y, w_scale, tmax);
+  pdl::Launch(MatmulMmaStagedKernel<kType, kStages, kSplitOnce>, dim3((unsigned)gx, (unsigned)gy), kSeg * 32, smem,
+              stream, w, rows, cols, cols / WT::kBE * WT::kBB, x, T, y, w_scale, tmax);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // The MMA route's tiled kernel for large T (kernels/matmul_mma_common.cuh states the per-chunk
 // arithmetic, the K-split kernel's).
 #include "kernels/matmul_mma_common.cuh"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels::mma_internal {
 
@@ -213,6 +214,7 @@ __global__ void __launch_bounds__(kSeg * 32, TiledGeom<kType>::kMinBlocks)
 MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                      const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale, int units,
                      PreSplit ps, float* __restrict__ part) {
+  pdl::Begin();
   using WT = MmaType<kType>;
   using G = TiledGeom<kType>;
   extern __shared__ __align__(16) uint8_t tsm[];
@@ -308,6 +310,7 @@ MatmulMmaTiledKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, 
 // kSplitK's second kernel: y[i] = ((part[0][i] + part[1][i]) + ...) + part[7][i], times w_scale
 // (the tiled kernel's fold, in the same order; i = n * rows + r).
 __global__ void SumSegmentsKernel(const float* __restrict__ part, int64_t n, float* __restrict__ y, float w_scale) {
+  pdl::Begin();
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float v = part[i];
@@ -341,12 +344,13 @@ cudaError_t LaunchTiledAs(const uint8_t* w, int64_t rows, int64_t cols, const fl
   float* part = nullptr;
   if constexpr (kSplitK) part = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch.data) + TiledSplitKOffset(kPre, T, cols));
   const dim3 grid((unsigned)((rows + kTBM - 1) / kTBM), (unsigned)gy, kSplitK ? kSeg : 1);
-  MatmulMmaTiledKernel<kType, kPre, kSplitK><<<grid, kSeg * 32, smem, stream>>>(w, rows, cols, row_bytes, x, T, y, w_scale, units, ps, part);
+  pdl::Launch(MatmulMmaTiledKernel<kType, kPre, kSplitK>, grid, kSeg * 32, smem, stream, w, rows, cols, row_bytes, x, T,
+              y, w_scale, units, ps, part);
   if constexpr (kSplitK) {
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const int64_t n = T * rows;
-    SumSegmentsKernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, n, y, w_scale);
+    pdl::Launch(SumSegmentsKernel, (unsigned)((n + 255) / 256), 256, 0, stream, part, n, y, w_scale);
   }
   return cudaGetLastError();
 }

@@ -3,6 +3,7 @@
 
 #include "engine/quant/fp.h"
 #include "engine/quant/types.h"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels::matmul_internal {
 namespace {
@@ -12,6 +13,7 @@ namespace q = ::lockstep::quant;
 __global__ void MatmulOddColsKernel(uint32_t type_id, const uint8_t* __restrict__ w, int64_t rows,
                                     int64_t cols, const float* __restrict__ x, int64_t T,
                                     float* __restrict__ y, float w_scale) {
+  pdl::Begin();
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= rows * T) return;
   const int64_t t = i / rows, r = i % rows;
@@ -45,8 +47,8 @@ cudaError_t LaunchMatmulOddCols(uint32_t type_id, const void* w, int64_t rows, i
     return cudaErrorInvalidValue;
   }
   const int64_t n = rows * T;
-  MatmulOddColsKernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
-      type_id, static_cast<const uint8_t*>(w), rows, cols, x, T, y, w_scale);
+  pdl::Launch(MatmulOddColsKernel, (unsigned)((n + 255) / 256), 256, 0, stream, type_id, static_cast<const uint8_t*>(w),
+              rows, cols, x, T, y, w_scale);
   return cudaGetLastError();
 }
 

@@ -8,6 +8,7 @@
 #include "engine/quant/types.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_mma.h"
+#include "kernels/pdl.cuh"
 
 namespace lockstep::kernels {
 namespace {
@@ -37,6 +38,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouteKernel(const float* __restri
                                                            int64_t T, int E, int k, bool normalize,
                                                            float* __restrict__ weights,
                                                            int32_t* __restrict__ ids) {
+  pdl::Begin();
   const int lane = threadIdx.x % 32;
   const int64_t t = (int64_t)blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   if (t >= T) return;
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kThreads)
                         int64_t rpe, int64_t cols, int64_t row_bytes, int block_size,
                         const int32_t* __restrict__ ids, int64_t n, int64_t k, bool x_per_token,
                         const float* __restrict__ x, float* __restrict__ y) {
+  pdl::Begin();
   __shared__ float Ws[kExpRows * kWStride];
   __shared__ float Xs[kGroup];
   __shared__ float Ps[8 * kExpRows];
@@ -163,6 +166,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void MoeCombineKernel(const float* __restrict__ y, const float* __restrict__ weights,
                                  int64_t T, int64_t k, int64_t d, float* __restrict__ out) {
+  pdl::Begin();
   for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < T * d;
        o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = o / d, c = o % d;
@@ -174,6 +178,7 @@ __global__ void MoeCombineKernel(const float* __restrict__ y, const float* __res
 
 __global__ void SigmoidMulKernel(const float* x, const float* __restrict__ g, int64_t g_cols,
                                  int64_t T, int64_t d, float* out) {
+  pdl::Begin();
   for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < T * d;
        o += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = o / d, c = o % d;
@@ -193,8 +198,7 @@ cudaError_t LaunchMoeRoute(const float* logits, int64_t T, int64_t E, int64_t k,
   if (T == 0) return cudaSuccess;
   const int64_t ctas = (T + kThreads / 32 - 1) / (kThreads / 32);
   if (ctas > 0x7fffffff) return cudaErrorInvalidValue;
-  MoeRouteKernel<<<(unsigned)ctas, kThreads, 0, stream>>>(logits, T, (int)E, (int)k, normalize,
-                                                          weights, ids);
+  pdl::Launch(MoeRouteKernel, (unsigned)ctas, kThreads, 0, stream, logits, T, (int)E, (int)k, normalize, weights, ids);
   return cudaGetLastError();
 }
 
@@ -217,9 +221,8 @@ cudaError_t LaunchMatmulExperts(uint32_t type_id, const void* w, int64_t n_exper
   const int64_t gx = (rpe + kExpRows - 1) / kExpRows;
   if (gx > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)gx, (unsigned)(n < kMaxGridY ? n : kMaxGridY));
-  MatmulExpertsKernel<<<grid, kThreads, 0, stream>>>(
-      type_id, static_cast<const uint8_t*>(w), n_expert, rpe, cols, row_bytes, t.block_size, ids,
-      n, k, x_per_token, x, y);
+  pdl::Launch(MatmulExpertsKernel, grid, kThreads, 0, stream, type_id, static_cast<const uint8_t*>(w), n_expert, rpe,
+              cols, row_bytes, t.block_size, ids, n, k, x_per_token, x, y);
   return cudaGetLastError();
 }
 
@@ -229,7 +232,7 @@ cudaError_t LaunchMoeCombine(const float* y, const float* weights, int64_t T, in
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  MoeCombineKernel<<<GridFor(T * d), kThreads, 0, stream>>>(y, weights, T, k, d, out);
+  pdl::Launch(MoeCombineKernel, GridFor(T * d), kThreads, 0, stream, y, weights, T, k, d, out);
   return cudaGetLastError();
 }
 
@@ -240,7 +243,7 @@ cudaError_t LaunchSigmoidMul(const float* x, const float* g, int64_t g_cols, int
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  SigmoidMulKernel<<<GridFor(T * d), kThreads, 0, stream>>>(x, g, g_cols, T, d, out);
+  pdl::Launch(SigmoidMulKernel, GridFor(T * d), kThreads, 0, stream, x, g, g_cols, T, d, out);
   return cudaGetLastError();
 }
 

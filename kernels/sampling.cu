@@ -2,6 +2,7 @@
 // constexpr host code), and a Gumbel-max reduction whose order does not matter: (score, -id) is
 // a total order, so any tree yields the same winner.
 #include "kernels/sampling.h"
+#include "kernels/pdl.cuh"
 
 #include <cfloat>
 #include <climits>
@@ -32,6 +33,7 @@ __device__ __forceinline__ uint32_t NoiseBitsDevice(uint64_t seed, uint64_t posi
 __global__ void NoiseKernel(uint64_t seed, const int64_t* __restrict__ positions, int64_t n_rows,
                             uint32_t token0, int64_t n_tokens, uint32_t stream_tag,
                             uint32_t* __restrict__ bits) {
+  pdl::Begin();
   const int64_t total = n_rows * n_tokens;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) GumbelKernel(const float* __restrict
                                                          int64_t vocab, double inv_t, uint64_t seed,
                                                          const int64_t* __restrict__ positions,
                                                          int32_t* __restrict__ out) {
+  pdl::Begin();
   __shared__ double ss[kThreads];
   __shared__ int si[kThreads];
   const int64_t r = blockIdx.x;
@@ -108,6 +111,7 @@ __device__ __forceinline__ void GreedyWarp(float& best, int& bid, int& bad) {
 __global__ void __launch_bounds__(kGreedyThreads) GreedyChunkKernel(const float* __restrict__ logits,
                                                                     int64_t vocab, int n_chunks,
                                                                     GreedyPartial* __restrict__ part) {
+  pdl::Begin();
   __shared__ GreedyPartial sw[kGreedyThreads / 32];
   const float* row = logits + (int64_t)blockIdx.y * vocab;
   const int64_t v0 = (int64_t)blockIdx.x * kGreedyChunk;
@@ -137,6 +141,7 @@ __global__ void __launch_bounds__(kGreedyThreads) GreedyChunkKernel(const float*
 // Pass 2: one warp per row over its chunks' partials.
 __global__ void GreedyRowKernel(const GreedyPartial* __restrict__ part, int n_chunks,
                                 int32_t* __restrict__ out) {
+  pdl::Begin();
   const int64_t r = blockIdx.x;
   float best = 0.f;
   int bid = -1, bad = INT_MAX;
@@ -169,9 +174,10 @@ cudaError_t LaunchGreedyTokens(const float* logits, int64_t n_rows, int64_t voca
   if (n_rows == 0) return cudaSuccess;
   const int chunks = (int)((vocab + kGreedyChunk - 1) / kGreedyChunk);
   auto* part = static_cast<GreedyPartial*>(workspace);
-  GreedyChunkKernel<<<dim3(chunks, (unsigned)n_rows), kGreedyThreads, 0, stream>>>(logits, vocab, chunks, part);
+  pdl::Launch(GreedyChunkKernel, dim3(chunks, (unsigned)n_rows), kGreedyThreads, 0, stream, logits, vocab, chunks,
+              part);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  GreedyRowKernel<<<(unsigned)n_rows, 32, 0, stream>>>(part, chunks, out);
+  pdl::Launch(GreedyRowKernel, (unsigned)n_rows, 32, 0, stream, part, chunks, out);
   return cudaGetLastError();
 }
 
@@ -181,8 +187,8 @@ cudaError_t LaunchPhiloxNoise(uint64_t seed, const int64_t* positions, int64_t n
   if (positions == nullptr || bits == nullptr || n_rows < 0 || n_tokens < 0) return cudaErrorInvalidValue;
   if (n_rows * n_tokens == 0) return cudaSuccess;
   const int64_t want = (n_rows * n_tokens + 255) / 256;
-  NoiseKernel<<<(unsigned)(want < 132 * 64 ? want : 132 * 64), 256, 0, stream>>>(
-      seed, positions, n_rows, token0, n_tokens, stream_tag, bits);
+  pdl::Launch(NoiseKernel, (unsigned)(want < 132 * 64 ? want : 132 * 64), 256, 0, stream, seed, positions, n_rows,
+              token0, n_tokens, stream_tag, bits);
   return cudaGetLastError();
 }
 
@@ -194,8 +200,8 @@ cudaError_t LaunchGumbelArgmax(const float* logits, int64_t n_rows, int64_t voca
     return cudaErrorInvalidValue;
   }
   if (n_rows == 0) return cudaSuccess;
-  GumbelKernel<<<(unsigned)n_rows, kThreads, 0, stream>>>(logits, vocab, inv_temperature, seed,
-                                                         positions, out);
+  pdl::Launch(GumbelKernel, (unsigned)n_rows, kThreads, 0, stream, logits, vocab, inv_temperature, seed, positions,
+              out);
   return cudaGetLastError();
 }
 

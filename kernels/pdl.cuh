@@ -1,0 +1,56 @@
+// Programmatic dependent launch (docs/kernels.md "Launches"). Every kernel of kernels/ starts
+// with pdl::Begin() and is launched by pdl::Launch, which allows the next kernel on the stream (or
+// the next node of a captured graph) to be launched before this one has finished:
+//   - griddepcontrol.wait blocks until every grid this one depends on has completed and its
+//     writes are visible. It comes first, before any load or store, so a kernel never reads an
+//     input that is still being written, nor overwrites one that is still being read: what every
+//     kernel computes, and from which values, is exactly what it is with plain launches. Launched
+//     without the attribute (LOCKSTEP_PDL=0), the wait returns at once.
+//   - griddepcontrol.launch_dependents then lets the next grid launch: its CTAs are placed on the
+//     SMs while this grid runs and wait at their own Begin(), so the launch latency between two
+//     kernels overlaps this kernel's work instead of following it.
+// LOCKSTEP_PDL=0 (read once per process) launches without the attribute: the A/B of
+// docs/performance.md, and a way out should a driver mishandle it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace lockstep::kernels::pdl {
+
+__device__ __forceinline__ void Begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+inline bool Enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOCKSTEP_PDL");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute.
+// As with <<< >>>, a launch error is left for the caller's cudaGetLastError().
+template <typename... KArgs, typename... Args>
+void Launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = Enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace lockstep::kernels::pdl
