@@ -55,7 +55,10 @@ void RejectUnknownEnv(const CLI::App& app) {
                                  "LOCKSTEP_BUILD_DIR",          "LOCKSTEP_PROPERTY_CASES",
                                  "LOCKSTEP_PROPERTY_MIN_CASES", "LOCKSTEP_PROPERTY_SMOL_CASES",
                                  // read by the cpu backend (cpu_dot_kernels.h: BestDotIsa)
-                                 "LOCKSTEP_CPU_ISA"};
+                                 "LOCKSTEP_CPU_ISA",
+                                 // read by the cuda kernels, A/B switches that keep every bit
+                                 // (kernels/pdl.cuh, kernels/matmul.cu: DecodeXSmem)
+                                 "LOCKSTEP_PDL", "LOCKSTEP_DECODE_X_SMEM"};
   CollectEnvNames(app, known);
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
