@@ -4,13 +4,14 @@
 //   - griddepcontrol.wait blocks until every grid this one depends on has completed and its
 //     writes are visible. It comes first, before any load or store, so a kernel never reads an
 //     input that is still being written, nor overwrites one that is still being read: what every
-//     kernel computes, and from which values, is exactly what it is with plain launches. Launched
-//     without the attribute (LOCKSTEP_PDL=0), the wait returns at once.
+//     kernel computes, and from which values, is exactly what it is with plain launches.
 //   - griddepcontrol.launch_dependents then lets the next grid launch: its CTAs are placed on the
 //     SMs while this grid runs and wait at their own Begin(), so the launch latency between two
 //     kernels overlaps this kernel's work instead of following it.
-// LOCKSTEP_PDL=0 (read once per process) launches without the attribute: the A/B of
-// docs/performance.md, and a way out should a driver mishandle it.
+// Off by default: on an H100 the attribute made decode slower (c = 1: 190.0 against 203.4 tok/s
+// without it, same binary and call; docs/performance.md, 2026-12-07 night). LOCKSTEP_PDL=1 (read
+// once per process) turns it on for the A/B; unset or any other value launches without it, and
+// then both instructions return at once.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,7 +32,7 @@ __device__ __forceinline__ void Begin() {
 inline bool Enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LOCKSTEP_PDL");
-    return e == nullptr || std::strcmp(e, "0") != 0;
+    return e != nullptr && std::strcmp(e, "1") == 0;
   }();
   return on;
 }
