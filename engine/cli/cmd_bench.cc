@@ -115,14 +115,21 @@ void RegisterBench(CLI::App& app) {
     const double wall = bw_med / wbytes;
     nlohmann::json rows = nlohmann::json::array();
     for (size_t i = 0; i < conc.size(); ++i) {
+      // Every rep's figure beside the median, so a report can give the spread.
       rows.push_back({{"concurrency", conc[i]}, {"prefill_tok_s", Median(prefill[i])},
                       {"decode_tok_s", Median(decode[i])},
-                      {"decode_fraction_of_wall", Median(decode[i]) / wall}});
+                      {"decode_fraction_of_wall", Median(decode[i]) / wall},
+                      {"prefill_tok_s_reps", prefill[i]}, {"decode_tok_s_reps", decode[i]}});
     }
     nlohmann::json out = {{"model", m.path}, {"backend", args->backend}, {"threads", threads},
                           {"isa", (*be)->Describe()}, {"bandwidth_kind", host ? "read" : "device copy"},
                           {"reps", args->reps}, {"greedy_pick", args->host_greedy ? "host" : "backend"}, {"prompt_tokens", args->prompt_tokens},
                           {"gen_tokens", args->gen_tokens}, {"read_bandwidth_GBps", bw_med / 1e9},
+                          {"read_bandwidth_GBps_reps", [&] {
+                             std::vector<double> g;
+                             for (double b : bw) g.push_back(b / 1e9);
+                             return g;
+                           }()},
                           {"weight_bytes_per_token", wbytes}, {"weight_wall_tok_s", wall},
                           {"prefill_tok_s", rows[0]["prefill_tok_s"]},
                           {"decode_tok_s", rows[0]["decode_tok_s"]},
@@ -139,11 +146,12 @@ void RegisterBench(CLI::App& app) {
         m.path, (*be)->Describe(), args->reps, bw_med / 1e9,
         host ? "read" : "device-to-device copy (read + write)", wbytes / 1e6, wall).c_str());
     for (size_t i = 0; i < conc.size(); ++i) {
+      const auto [dmin, dmax] = std::minmax_element(decode[i].begin(), decode[i].end());
       std::printf("%s", absl::StrFormat(
           "c=%-3d      prefill %.1f tok/s (%d-token prompts)  decode %.2f tok/s aggregate "
-          "(%d tokens each) = %.1f%% of the one-sequence weight wall\n",
+          "(%d tokens each; reps %.2f..%.2f) = %.1f%% of the one-sequence weight wall\n",
           conc[i], Median(prefill[i]), args->prompt_tokens, Median(decode[i]), args->gen_tokens,
-          100.0 * Median(decode[i]) / wall).c_str());
+          *dmin, *dmax, 100.0 * Median(decode[i]) / wall).c_str());
     }
   });
 }

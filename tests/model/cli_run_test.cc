@@ -131,5 +131,34 @@ TEST(CliRun, PipelineLaunchThatDoesNotMatchIsRefused) {
   EXPECT_NE(r.out.find("--pp-split entry 1 '30'"), std::string::npos) << r.out;
 }
 
+// `lockstep bench --json` gives every rep's figure beside the median it reports, so a
+// performance table can state the spread (docs/performance.md).
+TEST(CliRun, BenchJsonGivesEveryRepBesideItsMedian) {
+  const Ran r = RunLockstep("bench " + SmolPath() +
+                            " --json --reps 3 --prompt-tokens 8 --gen-tokens 4 --concurrency 1,2 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t a = r.out.find('{'), b = r.out.rfind('}');
+  ASSERT_NE(a, std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(a, b - a + 1), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];  // 3 reps
+  };
+  const auto bw = j["read_bandwidth_GBps_reps"].get<std::vector<double>>();
+  ASSERT_EQ(bw.size(), 3u);
+  EXPECT_DOUBLE_EQ(j["read_bandwidth_GBps"].get<double>(), median(bw));
+  ASSERT_EQ(j["by_concurrency"].size(), 2u);
+  for (const auto& c : j["by_concurrency"]) {
+    const auto pre = c["prefill_tok_s_reps"].get<std::vector<double>>();
+    const auto dec = c["decode_tok_s_reps"].get<std::vector<double>>();
+    ASSERT_EQ(pre.size(), 3u);
+    ASSERT_EQ(dec.size(), 3u);
+    EXPECT_DOUBLE_EQ(c["prefill_tok_s"].get<double>(), median(pre));
+    EXPECT_DOUBLE_EQ(c["decode_tok_s"].get<double>(), median(dec));
+    for (double d : dec) EXPECT_GT(d, 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
