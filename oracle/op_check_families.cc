@@ -164,8 +164,9 @@ absl::Status CheckGdn(Pair& pair, std::mt19937_64& rng, Line& conv, Line& gates,
     ASSIGN_OR_RETURN(auto gd, pair.Upload(gdh, T, Hv));
     ASSIGN_OR_RETURN(auto bt, pair.Upload(bth, T, Hv));
     ASSIGN_OR_RETURN(auto out, pair.Poisoned(T, Hv * dv));
-    RETURN_IF_ERROR(pair.cand().GatedDeltaRule(qkv.t[0], gd.t[0], bt.t[0], l, st[0], 1e-6f, out.t[0]));
-    RETURN_IF_ERROR(pair.ref().GatedDeltaRule(qkv.t[1], gd.t[1], bt.t[1], l, st[1], 1e-6f, out.t[1]));
+    constexpr float kQkEps = 1e-6f;  // the rule's q/k L2-norm eps; q_norm below divides by it too
+    RETURN_IF_ERROR(pair.cand().GatedDeltaRule(qkv.t[0], gd.t[0], bt.t[0], l, st[0], kQkEps, out.t[0]));
+    RETURN_IF_ERROR(pair.ref().GatedDeltaRule(qkv.t[1], gd.t[1], bt.t[1], l, st[1], kQkEps, out.t[1]));
     const int64_t tau = *std::max_element(lens.begin(), lens.end());
     // Each output element is S^T q over dk terms, and S^T q can cancel: its error is bounded by
     // the column norms of S times |q| (engine/core/tolerances.h), not by |o|. col_norm[t, h, j]
@@ -186,7 +187,7 @@ absl::Status CheckGdn(Pair& pair, std::mt19937_64& rng, Line& conv, Line& gates,
           const float* row = qkvh.data() + t * C;
           double qq = 0.0;
           for (int64_t i = 0; i < dk; ++i) qq += double{row[kh * dk + i]} * row[kh * dk + i];
-          q_norm[t * Hv + h] = std::sqrt(qq / (qq + 1e-6) / static_cast<double>(dk));
+          q_norm[t * Hv + h] = std::sqrt(qq / (qq + double{kQkEps}) / static_cast<double>(dk));
           const double decay = std::exp(double{gdh[t * Hv + h]}), b = bth[t * Hv + h];
           for (int64_t j = 0; j < dv; ++j) {
             n[j] = decay * n[j] + b * std::fabs(double{row[2 * l.n_k_head * dk + h * dv + j]});
