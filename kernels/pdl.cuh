@@ -37,8 +37,8 @@ inline bool Enabled() {
   return on;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute.
-// As with <<< >>>, a launch error is left for the caller's cudaGetLastError().
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
+// only when Enabled(). As with <<< >>>, a launch error is left for the caller's cudaGetLastError().
 template <typename... KArgs, typename... Args>
 void Launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attr[1];
