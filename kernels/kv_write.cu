@@ -82,10 +82,22 @@ __device__ void QuantQ5_1(const float* x, uint8_t* dst) {
   for (int j = 0; j < 16; ++j) dst[8 + j] = (uint8_t)((qv[j] & 0xF) | (qv[j + 16] << 4));
 }
 
-__global__ void KvWriteBlocksKernel(uint32_t fmt, const float* __restrict__ src,
-                                    const int32_t* __restrict__ slots, int64_t T, int64_t kv_dim,
-                                    int64_t row_bytes, uint8_t* __restrict__ cache) {
+// One launch writes one or two caches: blockIdx.y picks the target (K, then V).
+struct Target {
+  uint32_t fmt;
+  const float* src;
+  int64_t row_bytes;
+  uint8_t* cache;
+};
+
+__global__ void KvWriteBlocksKernel(Target t0, Target t1, const int32_t* __restrict__ slots,
+                                    int64_t T, int64_t kv_dim) {
   pdl::Begin();
+  const Target& tg = blockIdx.y == 0 ? t0 : t1;
+  const uint32_t fmt = tg.fmt;
+  const float* __restrict__ src = tg.src;
+  const int64_t row_bytes = tg.row_bytes;
+  uint8_t* __restrict__ cache = tg.cache;
   const int64_t bpr = kv_dim / 32;
   const int64_t total = T * bpr;
   const int64_t bytes = fmt == (uint32_t)q::KvFormat::kQ8_0 ? 34 : (fmt == (uint32_t)q::KvFormat::kQ5_1 ? 24 : 18);
@@ -103,10 +115,14 @@ __global__ void KvWriteBlocksKernel(uint32_t fmt, const float* __restrict__ src,
   }
 }
 
-__global__ void KvWriteElemsKernel(uint32_t fmt, const float* __restrict__ src,
-                                   const int32_t* __restrict__ slots, int64_t T, int64_t kv_dim,
-                                   int64_t row_bytes, uint8_t* __restrict__ cache) {
+__global__ void KvWriteElemsKernel(Target t0, Target t1, const int32_t* __restrict__ slots,
+                                   int64_t T, int64_t kv_dim) {
   pdl::Begin();
+  const Target& tg = blockIdx.y == 0 ? t0 : t1;
+  const uint32_t fmt = tg.fmt;
+  const float* __restrict__ src = tg.src;
+  const int64_t row_bytes = tg.row_bytes;
+  uint8_t* __restrict__ cache = tg.cache;
   const int64_t total = T * kv_dim;
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -124,28 +140,64 @@ __global__ void KvWriteElemsKernel(uint32_t fmt, const float* __restrict__ src,
   }
 }
 
+bool BlockFormat(uint32_t fmt) {
+  const q::KvFormat f = (q::KvFormat)fmt;
+  return f == q::KvFormat::kQ8_0 || f == q::KvFormat::kQ5_1 || f == q::KvFormat::kQ4_0;
+}
+
+cudaError_t CheckArgs(uint32_t fmt, const float* src, const void* cache, int64_t kv_dim) {
+  if (fmt >= (uint32_t)q::kKvFormatCount || src == nullptr || cache == nullptr || kv_dim < 1) {
+    return cudaErrorInvalidValue;
+  }
+  if (kv_dim % q::KvFormatBlockElems((q::KvFormat)fmt) != 0) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// n_targets (1 or 2) targets of one format group (BlockFormat alike) in one launch.
+void Launch(const Target* tg, int n_targets, const int32_t* slots, int64_t T, int64_t kv_dim,
+            cudaStream_t stream) {
+  const bool blocks = BlockFormat(tg[0].fmt);
+  const int64_t n = blocks ? T * (kv_dim / 32) : T * kv_dim;
+  const int64_t want = (n + 255) / 256;
+  const dim3 grid((unsigned)(want < 132 * 64 ? want : 132 * 64), (unsigned)n_targets);
+  const Target t1 = n_targets > 1 ? tg[1] : tg[0];
+  if (blocks) {
+    pdl::Launch(KvWriteBlocksKernel, grid, 256, 0, stream, tg[0], t1, slots, T, kv_dim);
+  } else {
+    pdl::Launch(KvWriteElemsKernel, grid, 256, 0, stream, tg[0], t1, slots, T, kv_dim);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchKvWrite(uint32_t fmt, const float* src, const int32_t* slots, int64_t T,
                           int64_t kv_dim, void* cache, cudaStream_t stream) {
-  if (fmt >= (uint32_t)q::kKvFormatCount || src == nullptr || slots == nullptr || cache == nullptr ||
-      T < 0 || kv_dim < 1) {
+  if (CheckArgs(fmt, src, cache, kv_dim) != cudaSuccess || slots == nullptr || T < 0) {
     return cudaErrorInvalidValue;
   }
-  const q::KvFormat f = (q::KvFormat)fmt;
-  if (kv_dim % q::KvFormatBlockElems(f) != 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  const int64_t row_bytes = q::KvRowBytes(f, kv_dim);
-  const bool blocks = f == q::KvFormat::kQ8_0 || f == q::KvFormat::kQ5_1 || f == q::KvFormat::kQ4_0;
-  const int64_t n = blocks ? T * (kv_dim / 32) : T * kv_dim;
-  const int64_t want = (n + 255) / 256;
-  const unsigned grid = (unsigned)(want < 132 * 64 ? want : 132 * 64);
-  if (blocks) {
-    pdl::Launch(KvWriteBlocksKernel, grid, 256, 0, stream, fmt, src, slots, T, kv_dim, row_bytes,
-                static_cast<uint8_t*>(cache));
-  } else {
-    pdl::Launch(KvWriteElemsKernel, grid, 256, 0, stream, fmt, src, slots, T, kv_dim, row_bytes,
-                static_cast<uint8_t*>(cache));
+  const Target t = {fmt, src, q::KvRowBytes((q::KvFormat)fmt, kv_dim), static_cast<uint8_t*>(cache)};
+  Launch(&t, 1, slots, T, kv_dim, stream);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchKvWritePair(uint32_t k_fmt, const float* k_src, void* k_cache, uint32_t v_fmt,
+                              const float* v_src, void* v_cache, const int32_t* slots, int64_t T,
+                              int64_t kv_dim, cudaStream_t stream) {
+  if (CheckArgs(k_fmt, k_src, k_cache, kv_dim) != cudaSuccess ||
+      CheckArgs(v_fmt, v_src, v_cache, kv_dim) != cudaSuccess || slots == nullptr || T < 0 ||
+      k_cache == v_cache) {
+    return cudaErrorInvalidValue;
+  }
+  if (T == 0) return cudaSuccess;
+  const Target tg[2] = {
+      {k_fmt, k_src, q::KvRowBytes((q::KvFormat)k_fmt, kv_dim), static_cast<uint8_t*>(k_cache)},
+      {v_fmt, v_src, q::KvRowBytes((q::KvFormat)v_fmt, kv_dim), static_cast<uint8_t*>(v_cache)}};
+  if (BlockFormat(k_fmt) == BlockFormat(v_fmt)) {
+    Launch(tg, 2, slots, T, kv_dim, stream);
+  } else {  // one kernel per format group: two launches, the same bytes
+    Launch(&tg[0], 1, slots, T, kv_dim, stream);
+    Launch(&tg[1], 1, slots, T, kv_dim, stream);
   }
   return cudaGetLastError();
 }

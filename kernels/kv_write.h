@@ -18,4 +18,11 @@ namespace lockstep::kernels {
 cudaError_t LaunchKvWrite(uint32_t fmt, const float* src, const int32_t* slots, int64_t T,
                           int64_t kv_dim, void* cache, cudaStream_t stream);
 
+// K and V of one layer: the bytes of LaunchKvWrite(k_fmt, k_src, ..., k_cache) then
+// LaunchKvWrite(v_fmt, v_src, ..., v_cache), in one launch when both formats are per element
+// (f32, f16, bf16, fp8) or both per block (q8_0, q5_1, q4_0), else in two. k_cache != v_cache.
+cudaError_t LaunchKvWritePair(uint32_t k_fmt, const float* k_src, void* k_cache, uint32_t v_fmt,
+                              const float* v_src, void* v_cache, const int32_t* slots, int64_t T,
+                              int64_t kv_dim, cudaStream_t stream);
+
 }  // namespace lockstep::kernels

@@ -5,9 +5,9 @@
 //     writes are visible. It comes first, before any load or store, so a kernel never reads an
 //     input that is still being written, nor overwrites one that is still being read: what every
 //     kernel computes, and from which values, is exactly what it is with plain launches.
-//   - griddepcontrol.launch_dependents then lets the next grid launch: its CTAs are placed on the
-//     SMs while this grid runs and wait at their own Begin(), so the launch latency between two
-//     kernels overlaps this kernel's work instead of following it.
+//   - no griddepcontrol.launch_dependents: the next grid launches when this one's CTAs have all
+//     exited (the implicit trigger), so its CTAs never hold SM slots that this grid's later
+//     waves need; the early trigger at the top (10dd652) measured slower.
 // Off by default: on an H100 the attribute made decode slower (c = 1: 190.0 against 203.4 tok/s
 // without it, same binary and call; docs/performance.md, 2026-12-07 night). LOCKSTEP_PDL=1 (read
 // once per process) turns it on for the A/B; unset or any other value launches without it, and
@@ -25,7 +25,6 @@ namespace lockstep::kernels::pdl {
 __device__ __forceinline__ void Begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

@@ -37,31 +37,48 @@ void CheckKvWrite() {
         std::shuffle(perm.begin(), perm.end(), g_rng);
         std::vector<int32_t> slots(perm.begin(), perm.begin() + T);
         if (T > 2) slots[1] = -1;  // a padding row
-        const int64_t rb = q::KvRowBytes(fmt, kv_dim);
+        // The bytes of one cache against the host quantizer; slots not listed stay poisoned.
+        auto verify = [&](q::KvFormat cf, const std::vector<float>& x, const std::vector<uint8_t>& h,
+                          const std::string& what) {
+          const int64_t rb = q::KvRowBytes(cf, kv_dim);
+          std::vector<bool> written(n_slots, false);
+          for (int64_t t = 0; t < T; ++t) {
+            if (slots[t] < 0) continue;
+            written[slots[t]] = true;
+            const auto want = HostKvRow(cf, &x[t * kv_dim], kv_dim);
+            l->Bit(std::memcmp(want.data(), &h[slots[t] * rb], rb) == 0,
+                   what + q::KvFormatName(cf) + " bytes differ from host");
+          }
+          bool untouched = true;
+          for (int64_t s = 0; s < n_slots; ++s) {
+            if (written[s]) continue;
+            for (int64_t b = 0; b < rb; ++b) untouched &= h[s * rb + b] == 0xFF;
+          }
+          l->Bit(untouched, what + q::KvFormatName(cf) + " wrote outside its slots");
+        };
         Dev<float> ds = Upload(src);
         Dev<int32_t> dsl = Upload(slots);
-        Dev<uint8_t> cache(n_slots * rb);
+        Dev<uint8_t> cache(n_slots * q::KvRowBytes(fmt, kv_dim));
         cache.Poison();
         LAUNCH(lk::LaunchKvWrite((uint32_t)f, ds.p, dsl.p, T, kv_dim, cache.p, 0));
-        const auto h = cache.Down();
-        std::vector<bool> written(n_slots, false);
-        for (int64_t t = 0; t < T; ++t) {
-          if (slots[t] < 0) continue;
-          written[slots[t]] = true;
-          const auto want = HostKvRow(fmt, &src[t * kv_dim], kv_dim);
-          l->Bit(std::memcmp(want.data(), &h[slots[t] * rb], rb) == 0,
-                 std::string("kv_write ") + q::KvFormatName(fmt) + " bytes differ from host");
+        verify(fmt, src, cache.Down(), "kv_write ");
+        // LaunchKvWritePair: V in the same format (one launch) and in another format group's
+        // format (f + 3: per element against per block, two launches), its own source rows.
+        for (int vi : {f, (f + 3) % q::kKvFormatCount}) {
+          const auto vfmt = (q::KvFormat)vi;
+          std::vector<float> vsrc = RandVec(T * kv_dim, -4, 4);
+          Dev<float> dv = Upload(vsrc);
+          Dev<uint8_t> kc(n_slots * q::KvRowBytes(fmt, kv_dim)), vc(n_slots * q::KvRowBytes(vfmt, kv_dim));
+          kc.Poison();
+          vc.Poison();
+          LAUNCH(lk::LaunchKvWritePair((uint32_t)f, ds.p, kc.p, (uint32_t)vi, dv.p, vc.p, dsl.p, T, kv_dim, 0));
+          verify(fmt, src, kc.Down(), "kv_write pair K ");
+          verify(vfmt, vsrc, vc.Down(), "kv_write pair V ");
         }
-        bool untouched = true;
-        for (int64_t s = 0; s < n_slots; ++s) {
-          if (written[s]) continue;
-          for (int64_t b = 0; b < rb; ++b) untouched &= h[s * rb + b] == 0xFF;
-        }
-        l->Bit(untouched, std::string("kv_write ") + q::KvFormatName(fmt) + " wrote outside its slots");
       }
     }
   }
-  l->shapes = "all 7 formats, kv_dim {32,96,1024}, T {1,5,33}, shuffled slots + a -1 row; bytes == host Quantize/Fp32ToE4m3; other slots untouched";
+  l->shapes = "all 7 formats, kv_dim {32,96,1024}, T {1,5,33}, shuffled slots + a -1 row; bytes == host Quantize/Fp32ToE4m3; other slots untouched; LaunchKvWritePair with V in the same format and in format f+3";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -512,6 +512,20 @@ absl::Status CudaBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Ten
                [&] { return kernels::LaunchRmsNorm(x.data, w, x.rows, x.cols, eps, y.data, stream_); });
 }
 
+absl::Status CudaBackend::AddRmsNorm(Tensor x, Tensor a, const Weight* weight, float eps, Tensor y) {
+  RETURN_IF_ERROR(Guard(CheckSameShape("cuda AddRmsNorm", "x", x, "a", a)));
+  RETURN_IF_ERROR(Guard(CheckSameShape("cuda AddRmsNorm", "x", x, "y", y)));
+  RETURN_IF_ERROR(Guard(CheckNormWeight("cuda AddRmsNorm", weight, x.cols)));
+  if (x.rows == 0) return absl::OkStatus();
+  const float* w = weight ? static_cast<const float*>(weight->data) : nullptr;
+  ASSIGN_OR_RETURN(bool launch,
+                   Enter(x.data, OpHash(13).Mix(x).Mix(a).Mix(w).Mix(eps).Mix(y).value()));
+  if (!launch) return absl::OkStatus();
+  return Timed("AddRmsNorm", [] { return std::string("AddRmsNorm"); }, [&] {
+    return kernels::LaunchAddRmsNorm(x.data, a.data, w, x.rows, x.cols, eps, y.data, stream_);
+  });
+}
+
 absl::Status CudaBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                                float freq_base, RopeMode mode) {
   RETURN_IF_ERROR(Guard(CheckRope("cuda Rope", x, n_heads, head_dim, n_rot)));
@@ -535,11 +549,9 @@ absl::Status CudaBackend::KvWrite(const KvLayout& layout, Tensor k, Tensor v, Kv
                                                   .Mix(layer.v).value()));
   if (!launch) return absl::OkStatus();
   return Timed("KvWrite", [] { return std::string("KvWrite (K and V)"); }, [&] {
-    const cudaError_t e = kernels::LaunchKvWrite(static_cast<uint32_t>(layout.k_format), k.data,
-                                                 d_slots_, k.rows, layout.kv_dim, layer.k, stream_);
-    if (e != cudaSuccess) return e;
-    return kernels::LaunchKvWrite(static_cast<uint32_t>(layout.v_format), v.data, d_slots_,
-                                  v.rows, layout.kv_dim, layer.v, stream_);
+    return kernels::LaunchKvWritePair(static_cast<uint32_t>(layout.k_format), k.data, layer.k,
+                                      static_cast<uint32_t>(layout.v_format), v.data, layer.v,
+                                      d_slots_, k.rows, layout.kv_dim, stream_);
   });
 }
 
