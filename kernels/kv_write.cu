@@ -93,13 +93,10 @@ struct Target {
 __global__ void KvWriteBlocksKernel(Target t0, Target t1, const int32_t* __restrict__ slots,
                                     int64_t T, int64_t kv_dim) {
   pdl::Begin();
-  const Target& tg = blockIdx.y == 0 ? t0 : t1;
-  const uint32_t fmt = tg.fmt;
-  const float* __restrict__ src = tg.src;
-  const int64_t row_bytes = tg.row_bytes;
-  uint8_t* __restrict__ cache = tg.cache;
+  const Target tg = blockIdx.y == 0 ? t0 : t1;
   const int64_t bpr = kv_dim / 32;
   const int64_t total = T * bpr;
+  const uint32_t fmt = tg.fmt;
   const int64_t bytes = fmt == (uint32_t)q::KvFormat::kQ8_0 ? 34 : (fmt == (uint32_t)q::KvFormat::kQ5_1 ? 24 : 18);
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -107,8 +104,8 @@ __global__ void KvWriteBlocksKernel(Target t0, Target t1, const int32_t* __restr
     const int32_t slot = slots[t];
     if (slot < 0) continue;
     float xv[32];
-    for (int j = 0; j < 32; ++j) xv[j] = src[t * kv_dim + b * 32 + j];
-    uint8_t* dst = cache + (int64_t)slot * row_bytes + b * bytes;
+    for (int j = 0; j < 32; ++j) xv[j] = tg.src[t * kv_dim + b * 32 + j];
+    uint8_t* dst = tg.cache + (int64_t)slot * tg.row_bytes + b * bytes;
     if (fmt == (uint32_t)q::KvFormat::kQ8_0) QuantQ8_0(xv, dst);
     else if (fmt == (uint32_t)q::KvFormat::kQ5_1) QuantQ5_1(xv, dst);
     else QuantQ4_0(xv, dst);
@@ -118,20 +115,16 @@ __global__ void KvWriteBlocksKernel(Target t0, Target t1, const int32_t* __restr
 __global__ void KvWriteElemsKernel(Target t0, Target t1, const int32_t* __restrict__ slots,
                                    int64_t T, int64_t kv_dim) {
   pdl::Begin();
-  const Target& tg = blockIdx.y == 0 ? t0 : t1;
-  const uint32_t fmt = tg.fmt;
-  const float* __restrict__ src = tg.src;
-  const int64_t row_bytes = tg.row_bytes;
-  uint8_t* __restrict__ cache = tg.cache;
+  const Target tg = blockIdx.y == 0 ? t0 : t1;
   const int64_t total = T * kv_dim;
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = idx / kv_dim, e = idx % kv_dim;
     const int32_t slot = slots[t];
     if (slot < 0) continue;
-    const float v = src[idx];
-    uint8_t* row = cache + (int64_t)slot * row_bytes;
-    switch ((q::KvFormat)fmt) {
+    const float v = tg.src[idx];
+    uint8_t* row = tg.cache + (int64_t)slot * tg.row_bytes;
+    switch ((q::KvFormat)tg.fmt) {
       case q::KvFormat::kF32: reinterpret_cast<float*>(row)[e] = v; break;
       case q::KvFormat::kF16: reinterpret_cast<uint16_t*>(row)[e] = q::Fp32ToFp16(v); break;
       case q::KvFormat::kBF16: reinterpret_cast<uint16_t*>(row)[e] = q::Fp32ToBf16(v); break;
