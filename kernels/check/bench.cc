@@ -27,7 +27,8 @@ void FillQuantWeights(Dev<uint8_t>& d, q::Type ty) {
 // copies. Columns: auto without scratch, auto with it (the backend's call: the split once per
 // launch, kernels/matmul_mma.h), each configuration without scratch, then (T <= 256) each
 // configuration that takes the split for the type with it ("+s").
-void BenchMmaConfigs() {
+// t1_rows (LOCKSTEP_BENCH=mma1): T = 1 only, and each matrix's median besides the sum.
+void BenchMmaConfigs(bool t1_rows) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -54,7 +55,8 @@ void BenchMmaConfigs() {
     for (size_t c = 0; c < kCfgs; ++c)
       if (lk::MatmulMmaScratchBytes((uint32_t)ty, 4096, 4096, 64, kMmaConfigs[c]) > 0) std::printf(" %9s", (std::string(kMmaConfigNames[c]) + "+s").c_str());
     std::printf("\n");
-    for (int64_t T : {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048}) {
+    const std::vector<int64_t> Ts = t1_rows ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 2048};
+    for (int64_t T : Ts) {
       Dev<float> x(T * 14336), y(T * 14336);
       x.Up(RandVec(T * 14336));
       size_t scratch_bytes = 0;
@@ -100,12 +102,23 @@ void BenchMmaConfigs() {
           }
         }
       }
+      std::vector<std::vector<double>> per(layer.size(), std::vector<double>(cols.size(), -1));
       for (size_t k = 0; k < cols.size(); ++k) {
         if (t[k] < 0) continue;
-        for (auto& m : ts[k]) {
+        for (size_t i = 0; i < ts[k].size(); ++i) {
+          auto& m = ts[k][i];
           std::sort(m.begin(), m.end());
           t[k] += m[m.size() / 2];
+          per[i][k] = m[m.size() / 2];
         }
+      }
+      for (size_t i = 0; t1_rows && i < layer.size(); ++i) {
+        std::printf("%11s", (std::to_string(layer[i].rows) + "x" + std::to_string(layer[i].cols)).c_str());
+        for (double v : per[i]) {
+          if (v < 0) std::printf(" %9s", "-");
+          else std::printf(" %9.4f", v);
+        }
+        std::printf("\n");
       }
       std::printf("%6" PRId64, T);
       for (double v : t) {
@@ -128,8 +141,9 @@ void Bench() {
   // LOCKSTEP_BENCH=attention: only the copy ceiling and the attention cases.
   const bool attention_only = mode_env != nullptr && std::strcmp(mode_env, "attention") == 0;
   // LOCKSTEP_BENCH=mma: the MMA route's tile configurations forced, beside the float route.
-  if (mode_env != nullptr && std::strcmp(mode_env, "mma") == 0) {
-    BenchMmaConfigs();
+  // LOCKSTEP_BENCH=mma1: the same at T = 1 only, with each matrix's time.
+  if (mode_env != nullptr && (std::strcmp(mode_env, "mma") == 0 || std::strcmp(mode_env, "mma1") == 0)) {
+    BenchMmaConfigs(std::strcmp(mode_env, "mma1") == 0);
     return;
   }
   std::printf("\n== bench (device: ");
