@@ -5,8 +5,6 @@
 #include "kernels/matmul_mma.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "engine/quant/types.h"
@@ -40,29 +38,6 @@ MmaConfig AutoConfig(int64_t rows, int64_t T, bool scratch) {
     return MmaConfig::kTiledSplitK;
   }
   return kType == (uint32_t)q::Type::Q6_K ? MmaConfig::k32x32 : MmaConfig::k64x32;
-}
-
-// Two warps per K segment at T = 1 (k16x8x2) where the launch has at most kPartsMaxTiles row
-// tiles of 16 rows: 256-thread CTAs of such a grid leave the SMs under half full (the 4096-row
-// matrices of the 8B shape: 256 CTAs on 132 SMs) and each warp's chain of chunks is the launch's
-// length. Only where the second parts' term lists take at most kPartsMaxTermBytes of shared
-// memory; LOCKSTEP_MMA_PARTS=0 (read once) keeps 16x8 for the A/B. Same bits either way.
-constexpr int64_t kPartsMaxTiles = 384;
-constexpr int64_t kPartsMaxTermBytes = 64 * 1024;
-
-bool PartsEnabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LOCKSTEP_MMA_PARTS");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
-}
-
-template <uint32_t kType>
-MmaConfig WithParts(MmaConfig cfg, int64_t tiles, int64_t cols, int64_t T) {
-  using WT = MmaType<kType>;
-  if (cfg != MmaConfig::k16x8 || T != 1 || tiles > kPartsMaxTiles || !PartsEnabled()) return cfg;
-  return PartTermBytes(cols, WT::kBE, WT::kCPB) <= kPartsMaxTermBytes ? MmaConfig::k16x8x2 : cfg;
 }
 
 // Whether configuration cfg (not auto) splits the activations once per launch given scratch:
@@ -101,7 +76,7 @@ template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  if (cfg == MmaConfig::kAutoByT) cfg = WithParts<kType>(AutoConfig<kType>(rows, T, scratch.data != nullptr), (rows + 15) / 16, cols, T);
+  if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(rows, T, scratch.data != nullptr);
   const int64_t need = ScratchBytes<kType>(cfg, rows, cols, T);
   if (MatmulMmaConfigNeedsScratch(cfg) && scratch.data == nullptr) return cudaErrorInvalidValue;
   if (!FitScratch(need, scratch)) return cudaErrorInvalidValue;
@@ -121,7 +96,7 @@ cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float*
 template <uint32_t kType>
 cudaError_t LaunchGroupTyped(const MatmulGroupItem* items, int n, int64_t cols, const float* x, int64_t T,
                              MatmulScratch scratch, cudaStream_t stream) {
-  MmaConfig cfg = AutoConfig<kType>(items[0].rows, T, scratch.data != nullptr);
+  const MmaConfig cfg = AutoConfig<kType>(items[0].rows, T, scratch.data != nullptr);
   if (n == 1 || T > 32 || cfg == MmaConfig::kStaged16x8) {
     for (int i = 0; i < n; ++i) {
       const cudaError_t e = LaunchTyped<kType>(items[i].w, items[i].rows, cols, x, T, items[i].y, 1.0f,
@@ -137,9 +112,6 @@ cudaError_t LaunchGroupTyped(const MatmulGroupItem* items, int n, int64_t cols, 
     gr.w[i] = static_cast<const uint8_t*>(items[i].w), gr.rows[i] = items[i].rows, gr.y[i] = items[i].y;
   }
   gr.n = n;
-  int64_t tiles = 0;
-  for (int i = 0; i < n; ++i) tiles += (items[i].rows + 15) / 16;
-  cfg = WithParts<kType>(cfg, tiles, cols, T);
   return LaunchKSplit<kType>(cfg, gr.w[0], gr.rows[0], cols, x, T, gr.y[0], 1.0f, scratch, stream, gr);
 }
 

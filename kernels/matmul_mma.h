@@ -45,10 +45,6 @@ enum class MmaConfig : int {
   kTiledSplitK = 10,  // the tiled kernel's 128 x 64 tiles with its 8 K segments on 8 CTAs (grid z):
                       // each CTA writes its segment's sums to scratch, a second kernel adds them
                       // in the segment chain; needs scratch (refused without it)
-  k16x8x2 = 11,  // 16x8 with two warps per K segment at T = 1 (16 warps a CTA): the second takes
-                 // the segment's later blocks and leaves each chunk's scale terms in shared
-                 // memory, the first folds them into its chain after its own blocks, in order;
-                 // at T > 1 the 16x8 kernel
 };
 
 // Whether configuration cfg needs scratch (MatmulScratch below): only kTiledSplitK, whose segment

@@ -243,49 +243,19 @@ LS_DEV void WeightFrags(const uint8_t* w0, const uint8_t* w1, const typename Mma
   HalfFrags(rc, bias, a);
 }
 
-// The MMAs of one (m-tile, n-tile) chunk: S over the chunk's two k-steps, or one S per k-step for
-// the two-scale types (Q6_K).
-template <uint32_t kType>
-LS_DEV void TileSums(const uint32_t (&a)[2][4], const uint32_t* bh, const uint32_t* bl, float (&s0)[4], float (&s1)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) s0[i] = 0.f, s1[i] = 0.f;
-  float (&sk1)[4] = MmaType<kType>::kTwoScales ? s1 : s0;
-  Mma(s0, a[0], bh[0], bh[1]);
-  Mma(s0, a[0], bl[0], bl[1]);
-  Mma(sk1, a[1], bh[2], bh[3]);
-  Mma(sk1, a[1], bl[2], bl[3]);
-}
-
-// One output's scale terms of one chunk, {a1, p1, a2, p2}: the chunk adds o = fma(a1, p1, o), then
-// for the types with kTermPairs == 2 o = fma(a2, p2, o) (Fold). p1 = S * 2^-e times dl; Q6_K's
-// second pair is its second k-step's, Q4_K's the min term -dmin*m times the chunk's sum of x.
-template <uint32_t kType>
-constexpr int kTermPairs = (MmaType<kType>::kTwoScales || MmaType<kType>::kMin) ? 2 : 1;
-
-template <uint32_t kType>
-LS_DEV float4 OutputTerms(const RowChunk& r, float s0, float s1, float isc, float xs) {
-  using WT = MmaType<kType>;
-  const float p1 = __fmul_rn(s0, isc);
-  if constexpr (WT::kTwoScales) return make_float4(r.dl[0], p1, r.dl[1], __fmul_rn(s1, isc));
-  else if constexpr (WT::kMin) return make_float4(r.dl[0], p1, r.nml, xs);
-  else return make_float4(r.dl[0], p1, 0.f, 0.f);
-}
-
-template <uint32_t kType>
-LS_DEV void Fold(const float4& tm, float& o) {
-  o = __fmaf_rn(tm.x, tm.y, o);
-  if constexpr (kTermPairs<kType> == 2) o = __fmaf_rn(tm.z, tm.w, o);
-}
-
 // kCols 1: only the C fragment's even columns are computed (T = 1: token 2t + 1 >= 1 is never
 // stored), the others stay 0; the computed ones are exactly those of kCols 2.
 template <uint32_t kType, int kCols>
 LS_DEV void TileMath(const uint32_t (&a)[2][4], const RowChunk (&rc)[2], const uint32_t* bh, const uint32_t* bl,
                      const float* isc, const float* xs, float (&o4)[4]) {
   using WT = MmaType<kType>;
-  float s0[4], s1[4];
-  TileSums<kType>(a, bh, bl, s0, s1);
-  // Fold(OutputTerms(...)) written out: the same fmas (k16x8x2's second part stores the terms).
+  // S over the chunk's two k-steps, or one S per k-step for the two-scale types (Q6_K).
+  float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+  float (&sk1)[4] = WT::kTwoScales ? s1 : s0;
+  Mma(s0, a[0], bh[0], bh[1]);
+  Mma(s0, a[0], bl[0], bl[1]);
+  Mma(sk1, a[1], bh[2], bh[3]);
+  Mma(sk1, a[1], bl[2], bl[3]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (kCols == 1 && i % 2 == 1) continue;
@@ -326,15 +296,6 @@ struct PreSplit {
   int64_t nch = 0;             // chunks per row: cols / 32
   __host__ __device__ static constexpr int64_t Bytes(int64_t T, int64_t cols) { return T * (cols / 32) * (2 * 64 + 8); }
 };
-
-// Per segment of a k16x8x2 CTA (two warps per K segment at T = 1): room for the second part's
-// term list, chunks of at most ceil(ceil(nblk / 8) / 2) blocks of cpb chunks, 16 outputs each
-// (the first part takes the first floor(nb / 2) of the segment's nb blocks, the second the rest).
-__host__ __device__ constexpr int64_t PartTermChunks(int64_t nblk, int cpb) {
-  const int64_t nb_max = (nblk + kSeg - 1) / kSeg;
-  return (nb_max - nb_max / 2) * cpb;
-}
-inline int64_t PartTermBytes(int64_t cols, int be, int cpb) { return kSeg * PartTermChunks(cols / be, cpb) * 16 * 16; }
 
 // Where kTiledSplitK's segment sums start in scratch: after the split's fragments (pre), 16-byte
 // aligned.

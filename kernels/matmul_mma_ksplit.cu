@@ -87,38 +87,6 @@ LS_DEV void StoredChunk(const uint8_t* const (&wrow)[kMR][2], int64_t b, const t
   ChunkMath<kType, kMR, 1, kSub, GlobalLd, kCols>(wrow, b, hdr, xt, t, bias, acc);
 }
 
-// The second part's form of StoredChunk at T = 1 (k16x8x2, one m-tile): the same weight
-// fragments, MMAs and products, but each output's scale terms (OutputTerms) go to the segment's
-// term list at chunk index tc0 + kSub instead of into the chain: the first part's warp folds them
-// after its own chunks (Fold), so every output sees the same fmas in the same order. Only the
-// lanes holding column 0 (t == 0) write: the other columns are never stored at T = 1.
-template <uint32_t kType, int kSub>
-LS_DEV void StoredChunkTerms(const uint8_t* const (&wrow)[1][2], int64_t b, const typename MmaType<kType>::Hdr (&hdr)[1][2],
-                             const SplitStore& st, int lc0, int g, int t, __half2 bias, float4* terms, int tc0) {
-  using WT = MmaType<kType>;
-  const int lc = lc0 + kSub;
-  const uint4 h = st.h[4 * lc + t], l = st.l[4 * lc + t];
-  const uint32_t bh[4] = {h.x, h.y, h.z, h.w}, bl[4] = {l.x, l.y, l.z, l.w};
-  const float2 v = st.sx[lc];
-  RowChunk rc[2];
-  uint32_t a[2][4];
-  WeightFrags<kType, kSub, GlobalLd>(wrow[0][0] + b * WT::kBB, wrow[0][1] + b * WT::kBB, hdr[0][0], hdr[0][1], t, bias, rc, a);
-  float s0[4], s1[4];
-  TileSums<kType>(a, bh, bl, s0, s1);
-  if (t == 0) {
-    float4* tc = terms + (tc0 + kSub) * 16;
-    tc[g] = OutputTerms<kType>(rc[0], s0[0], s1[0], v.x, v.y);
-    tc[g + 8] = OutputTerms<kType>(rc[1], s0[2], s1[2], v.x, v.y);
-  }
-}
-
-template <uint32_t kType, int... kSubs>
-LS_DEV void StoredTermsOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[1][2], int64_t b,
-                               const typename MmaType<kType>::Hdr (&hdr)[1][2], const SplitStore& st, int lc0, int g,
-                               int t, __half2 bias, float4* terms, int tc0) {
-  (StoredChunkTerms<kType, kSubs>(wrow, b, hdr, st, lc0, g, t, bias, terms, tc0), ...);
-}
-
 template <uint32_t kType, int kMR, int kCols, int... kSubs>
 LS_DEV void StoredChunksOfBlock(std::integer_sequence<int, kSubs...>, const uint8_t* const (&wrow)[kMR][2], int64_t b,
                                 const typename MmaType<kType>::Hdr (&hdr)[kMR][2], const SplitStore& st, int lc0,
@@ -197,8 +165,8 @@ struct ExpertRows {
   bool x_per_token = false;      // x row i / k, else i
 };
 
-template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false, int kParts = 1>
-__global__ void __launch_bounds__(kSeg * 32 * kParts, kParts == 2 ? 2 : 0)
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false>
+__global__ void __launch_bounds__(kSeg * 32)
 MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64_t row_bytes,
                 const float* __restrict__ x, int64_t T, float* __restrict__ y, float w_scale,
                 ExpertRows ex, PreSplit ps, GroupRows gr) {
@@ -207,13 +175,8 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
   static_assert(!kOnce || kNR == 1, "the split once serves one n-tile");
   static_assert(!(kOnce && kPre), "one source of fragments");
   static_assert(!kT1 || kOnce, "the T = 1 form is a form of the split once");
-  static_assert(kParts == 1 || (kT1 && kMR == 1 && kNR == 1), "two parts per segment: the T = 1 form of 16x8 only");
-  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp, then with kParts 2 the
-  // second parts' term lists ([kSeg][PartTermChunks][16] float4)
-  extern __shared__ __align__(16) float red[];
-  // warp: the K segment; part: which share of the segment's blocks (kParts 2: k16x8x2)
-  const int wid = threadIdx.x / 32, warp = kParts == 1 ? wid : wid % kSeg, part = kParts == 1 ? 0 : wid / kSeg;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  extern __shared__ __align__(16) float red[];  // [kSeg][kMR * kNR * 4][32], then with kOnce a SplitStore per warp
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   int64_t bx = blockIdx.x;
   if (gr.n > 0) {  // the group form: CTA row tiles of matrix 0, then of matrix 1, ...
     w = gr.w[0], rows = gr.rows[0], y = gr.y[0];
@@ -233,18 +196,14 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
     y += i * rows;
     tok0 = 0, T = 1;
     if (e < 0 || e >= ex.n_expert) {  // a NaN row, never a read outside w (moe.h)
-      for (int r = threadIdx.x; r < 16 * kMR; r += kSeg * 32 * kParts)
+      for (int r = threadIdx.x; r < 16 * kMR; r += kSeg * 32)
         if (row0 + r < rows) y[row0 + r] = __int_as_float(0x7fc00000);
       return;
     }
     w += (int64_t)e * rows * row_bytes;
   }
   const int64_t nblk = cols / (32 * WT::kCPB);
-  // kParts 2: part 0 takes the segment's blocks [s_begin, b_mid), part 1 [b_mid, s_end)
-  const int64_t s_begin = warp * nblk / kSeg, s_end = (warp + 1) * nblk / kSeg;
-  [[maybe_unused]] const int64_t b_mid = s_begin + (s_end - s_begin) / 2;
-  const int64_t b_begin = kParts == 1 || part == 0 ? s_begin : b_mid;
-  const int64_t b_end = kParts == 1 || part == 1 ? s_end : b_mid;
+  const int64_t b_begin = warp * nblk / kSeg, b_end = (warp + 1) * nblk / kSeg;
   const __half2 bias = __float2half2_rn((float)WT::kBias);
   // Rows and tokens past the end read the last valid one (results are not stored).
   const uint8_t* wrow[kMR][2];
@@ -281,11 +240,7 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
 
   constexpr int kAcc = kMR * kNR * 4;
   const int tt = (int)min((int64_t)8, T - tok0);
-  uint8_t* const stores = reinterpret_cast<uint8_t*>(red + kSeg * kAcc * 32);
-  [[maybe_unused]] const SplitStore st(stores + wid * SplitStore::Bytes(tt), tt);
-  [[maybe_unused]] const int64_t term_chunks = PartTermChunks(nblk, WT::kCPB);
-  [[maybe_unused]] float4* const terms =
-      reinterpret_cast<float4*>(stores + kSeg * kParts * SplitStore::Bytes(tt)) + warp * term_chunks * 16;
+  [[maybe_unused]] const SplitStore st(reinterpret_cast<uint8_t*>(red + kSeg * kAcc * 32) + warp * SplitStore::Bytes(tt), tt);
   for (int64_t b = b_begin; b < b_end; ++b) {
     [[maybe_unused]] const int lc0 = (int)((b - b_begin) * WT::kCPB % kStChunks);
     if constexpr (kOnce) {
@@ -296,13 +251,6 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
     for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) WT::template Header<GlobalLd>(wrow[mi][h] + b * WT::kBB, hdr[mi][h]);
-    if constexpr (kParts == 2) {
-      if (part == 1) {
-        StoredTermsOfBlock<kType>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, g, t, bias, terms,
-                                  (int)((b - b_begin) * WT::kCPB));
-        continue;
-      }
-    }
     if constexpr (kOnce) {
       StoredChunksOfBlock<kType, kMR, kT1 ? 1 : 2>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, st, lc0, tt,
                                                    g, t, bias, acc);
@@ -312,27 +260,15 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
       ChunksOfBlock<kType, kMR, kNR>(std::make_integer_sequence<int, WT::kCPB>{}, wrow, b, hdr, xrow, t, bias, acc);
     }
   }
-  if constexpr (kParts == 2) {  // the first part's warp continues its chain over the second part's chunks
-    __syncthreads();
-    if (part == 0 && t == 0) {
-      const int64_t n1 = s_end - b_mid;
-      for (int64_t c = 0; c < n1 * WT::kCPB; ++c) {
-        Fold<kType>(terms[c * 16 + g], acc[0][0][0]);
-        Fold<kType>(terms[c * 16 + g + 8], acc[0][0][2]);
-      }
-    }
-  }
   // Segment sums through shared memory, then the segment chain and the store.
-  if (part == 0) {
 #pragma unroll
-    for (int mi = 0; mi < kMR; ++mi)
+  for (int mi = 0; mi < kMR; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < kNR; ++ni)
+    for (int ni = 0; ni < kNR; ++ni)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) red[(warp * kAcc + (mi * kNR + ni) * 4 + i) * 32 + lane] = acc[mi][ni][i];
-  }
+      for (int i = 0; i < 4; ++i) red[(warp * kAcc + (mi * kNR + ni) * 4 + i) * 32 + lane] = acc[mi][ni][i];
   __syncthreads();
-  for (int e = threadIdx.x; e < kAcc * 32; e += kSeg * 32 * kParts) {
+  for (int e = threadIdx.x; e < kAcc * 32; e += kSeg * 32) {
     const int idx = e / 32, ln = e % 32;
     float s[kSeg];
 #pragma unroll
@@ -350,23 +286,21 @@ MatmulMmaKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int64
 // kOnce (one n-tile, T <= 2): the activation split once per (token, chunk) in a SplitStore per
 // warp; the bits are those of the split in every lane group. kT1: T = 1, the unstored columns of
 // the C fragment not computed. kPre: the split once per launch into the caller's scratch
-// (SplitKernel), then the K-split kernel reading it. kParts 2 (k16x8x2, with kT1): two warps per
-// K segment, 16 warps a CTA.
-template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false, int kParts = 1>
+// (SplitKernel), then the K-split kernel reading it.
+template <uint32_t kType, int kMR, int kNR, bool kOnce = false, bool kT1 = false, bool kPre = false>
 cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
                       float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream, GroupRows gr) {
   using WT = MmaType<kType>;
   const int64_t row_bytes = cols / WT::kBE * WT::kBB;
   constexpr size_t red = (size_t)kSeg * kMR * kNR * 4 * 32 * sizeof(float);
-  const size_t terms = kParts == 2 ? (size_t)PartTermBytes(cols, WT::kBE, WT::kCPB) : 0;
-  const size_t smem = red + (kOnce ? (size_t)kSeg * kParts * SplitStore::Bytes((int)(T < 8 ? T : 8)) : 0) + terms;
-  if (smem > 48 * 1024) {  // opt in to the size once per instantiation, growing as a launch needs more
-    static size_t attr_bytes = 48 * 1024;
-    if (smem > attr_bytes) {
-      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre, kParts>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  const size_t smem = red + (kOnce ? (size_t)kSeg * SplitStore::Bytes((int)(T < 8 ? T : 8)) : 0);
+  if constexpr (red > 48 * 1024) {
+    static bool attr_set = false;
+    if (!attr_set) {
+      const cudaError_t e = cudaFuncSetAttribute(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)red);
       if (e != cudaSuccess) return e;
-      attr_bytes = smem;
+      attr_set = true;
     }
   }
   const int64_t gy = (T + 8 * kNR - 1) / (8 * kNR);
@@ -383,8 +317,8 @@ cudaError_t LaunchCfg(const uint8_t* w, int64_t rows, int64_t cols, const float*
   }
   if (gx > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)gx, (unsigned)gy);
-  pdl::Launch(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre, kParts>, grid, kSeg * 32 * kParts, smem, stream, w, rows,
-              cols, row_bytes, x, T, y, w_scale, ExpertRows{}, ps, gr);
+  pdl::Launch(MatmulMmaKernel<kType, kMR, kNR, kOnce, kT1, kPre>, grid, kSeg * 32, smem, stream, w, rows, cols,
+              row_bytes, x, T, y, w_scale, ExpertRows{}, ps, gr);
   return cudaGetLastError();
 }
 
@@ -403,9 +337,6 @@ template <uint32_t kType>
 cudaError_t LaunchKSplit(MmaConfig cfg, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t T,
                          float* y, float w_scale, MatmulScratch scratch, cudaStream_t stream, const GroupRows& gr) {
   switch (cfg) {
-    case MmaConfig::k16x8x2:
-      if (T == 1) return LaunchCfg<kType, 1, 1, true, true, false, 2>(w, rows, cols, x, T, y, w_scale, scratch, stream, gr);
-      [[fallthrough]];  // T > 1: the 16x8 kernel (matmul_mma.h)
     case MmaConfig::k16x8:
       // The split once measured 17-21% faster at T = 1, 2-13% at T = 2 and 14% slower for Q4_K
       // at T = 4 (docs/kernels.md run 12).

@@ -57,9 +57,8 @@ void RejectUnknownEnv(const CLI::App& app) {
                                  // read by the cpu backend (cpu_dot_kernels.h: BestDotIsa)
                                  "LOCKSTEP_CPU_ISA",
                                  // read by the cuda kernels, A/B switches that keep every bit
-                                 // (kernels/pdl.cuh, kernels/matmul.cu: DecodeXSmem, kernels/matmul_mma.cu:
-                                 // PartsEnabled)
-                                 "LOCKSTEP_PDL", "LOCKSTEP_DECODE_X_SMEM", "LOCKSTEP_MMA_PARTS"};
+                                 // (kernels/pdl.cuh, kernels/matmul.cu: DecodeXSmem)
+                                 "LOCKSTEP_PDL", "LOCKSTEP_DECODE_X_SMEM"};
   CollectEnvNames(app, known);
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;

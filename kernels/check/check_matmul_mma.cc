@@ -183,7 +183,7 @@ void CheckMatmulMma(bool quick) {
   }
   acc->shapes = "types " + type_names + "; " + std::to_string(shapes) + " (rows,cols) shapes, rows 1..259, cols 32..4096, weights 16-byte aligned or 4 bytes off; T={" + Join(Ts) +
                 "}; x scaled by 2^-6..2^6; bound (cols/64+80)*u*sum(|w|+2|ml|)|x|";
-  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32 and 16x8x2 (two warps a segment at T = 1), the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T), "
+  inv->shapes = "K-split configs 16x8/32x8/64x8/64x16/32x16/64x32/32x32, the tiled 128x64 and the staged 16x8 == auto for every (type,shape,T), "
                 "each config that takes the split once per launch (by type), the split-K tiles and auto also with scratch (poisoned; one byte short refused; "
                 "split-K without scratch refused); row t of T-row call == T=1 call; the group form (1-3 matrices of rows 259/37/16, T 1..64, "
                 "with and without scratch) == each matrix's own launch (" + std::to_string(group_checks) + " checks)";

@@ -46,8 +46,8 @@ inline constexpr double kU = 0x1p-24;  // unit roundoff of binary32
 inline constexpr lk::MmaConfig kMmaConfigs[] = {lk::MmaConfig::k16x8, lk::MmaConfig::k32x8, lk::MmaConfig::k64x8,
                                                lk::MmaConfig::k64x16, lk::MmaConfig::k32x16, lk::MmaConfig::kTiled128x64,
                                                lk::MmaConfig::kStaged16x8, lk::MmaConfig::k64x32, lk::MmaConfig::k32x32,
-                                               lk::MmaConfig::kTiledSplitK, lk::MmaConfig::k16x8x2};
-inline constexpr const char* kMmaConfigNames[] = {"16x8", "32x8", "64x8", "64x16", "32x16", "tiled", "staged", "64x32", "32x32", "splitk", "16x8x2"};
+                                               lk::MmaConfig::kTiledSplitK};
+inline constexpr const char* kMmaConfigNames[] = {"16x8", "32x8", "64x8", "64x16", "32x16", "tiled", "staged", "64x32", "32x32", "splitk"};
 static_assert(std::size(kMmaConfigs) == std::size(kMmaConfigNames));
 
 #define CK(call)                                                                          \
