@@ -40,19 +40,6 @@ MmaConfig AutoConfig(int64_t rows, int64_t T, bool scratch) {
   return kType == (uint32_t)q::Type::Q6_K ? MmaConfig::k32x32 : MmaConfig::k64x32;
 }
 
-// A single launch at T = 1 of Q4_K or Q6_K with at most kStagedMaxRows rows takes the staged
-// kernel instead of 16x8: per matrix of the 8B layer set on an H100 (`LOCKSTEP_BENCH=mma1
-// kernel_check --bench-only`, docs/kernels.md run 24) it was faster on the 1024- and 4096-row
-// matrices (Q6_K 4096 x 14336: 0.0404 against 0.0468 ms) and slower on the 14336-row ones. Not in
-// the group form, which keeps its one K-split launch. Same bits either way.
-constexpr int64_t kStagedMaxRows = 4096;
-
-template <uint32_t kType>
-MmaConfig SingleLaunchConfig(MmaConfig cfg, int64_t rows, int64_t T) {
-  constexpr bool kKQuant = kType == (uint32_t)q::Type::Q4_K || kType == (uint32_t)q::Type::Q6_K;
-  return kKQuant && cfg == MmaConfig::k16x8 && T == 1 && rows <= kStagedMaxRows ? MmaConfig::kStaged16x8 : cfg;
-}
-
 // Whether configuration cfg (not auto) splits the activations once per launch given scratch:
 // every K-split configuration and the tiled kernel, except where the layer-set bench of run 18
 // measured it slower: 16x8 (at T = 3..8, where it is not the split once per warp: 14-18% slower
@@ -89,7 +76,7 @@ template <uint32_t kType>
 cudaError_t LaunchTyped(const void* wv, int64_t rows, int64_t cols, const float* x, int64_t T,
                         float* y, float w_scale, MmaConfig cfg, MatmulScratch scratch, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(wv);
-  if (cfg == MmaConfig::kAutoByT) cfg = SingleLaunchConfig<kType>(AutoConfig<kType>(rows, T, scratch.data != nullptr), rows, T);
+  if (cfg == MmaConfig::kAutoByT) cfg = AutoConfig<kType>(rows, T, scratch.data != nullptr);
   const int64_t need = ScratchBytes<kType>(cfg, rows, cols, T);
   if (MatmulMmaConfigNeedsScratch(cfg) && scratch.data == nullptr) return cudaErrorInvalidValue;
   if (!FitScratch(need, scratch)) return cudaErrorInvalidValue;
