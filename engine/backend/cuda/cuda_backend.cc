@@ -512,20 +512,6 @@ absl::Status CudaBackend::RmsNorm(Tensor x, const Weight* weight, float eps, Ten
                [&] { return kernels::LaunchRmsNorm(x.data, w, x.rows, x.cols, eps, y.data, stream_); });
 }
 
-absl::Status CudaBackend::AddRmsNorm(Tensor x, Tensor a, const Weight* weight, float eps, Tensor y) {
-  RETURN_IF_ERROR(Guard(CheckSameShape("cuda AddRmsNorm", "x", x, "a", a)));
-  RETURN_IF_ERROR(Guard(CheckSameShape("cuda AddRmsNorm", "x", x, "y", y)));
-  RETURN_IF_ERROR(Guard(CheckNormWeight("cuda AddRmsNorm", weight, x.cols)));
-  if (x.rows == 0) return absl::OkStatus();
-  const float* w = weight ? static_cast<const float*>(weight->data) : nullptr;
-  ASSIGN_OR_RETURN(bool launch,
-                   Enter(x.data, OpHash(13).Mix(x).Mix(a).Mix(w).Mix(eps).Mix(y).value()));
-  if (!launch) return absl::OkStatus();
-  return Timed("AddRmsNorm", [] { return std::string("AddRmsNorm"); }, [&] {
-    return kernels::LaunchAddRmsNorm(x.data, a.data, w, x.rows, x.cols, eps, y.data, stream_);
-  });
-}
-
 absl::Status CudaBackend::Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                                float freq_base, RopeMode mode) {
   RETURN_IF_ERROR(Guard(CheckRope("cuda Rope", x, n_heads, head_dim, n_rot)));

@@ -77,7 +77,6 @@ class CudaBackend final : public StepBackend {
   // as MatMul.
   absl::Status MatMulGroup(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> ys) override;
   absl::Status RmsNorm(Tensor x, const Weight* w, float eps, Tensor y) override;
-  absl::Status AddRmsNorm(Tensor x, Tensor a, const Weight* weight, float eps, Tensor y) override;
   absl::Status Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot, float freq_base,
                     RopeMode mode) override;
   absl::Status RopeFreqFactors(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
