@@ -19,12 +19,17 @@ unsigned GridFor(int64_t n, int threads = kThreads) {
   return (unsigned)(want < 132 * 64 ? (want < 1 ? 1 : want) : 132 * 64);
 }
 
-// The row's scale 1 / sqrt(mean + eps) from each thread's sum of squares: a fixed shuffle tree,
-// then the 8 warp sums in warp order (RmsNormKernel and AddRmsNormKernel share it, so the fused
-// form has the plain form's bits).
-__device__ __forceinline__ float RowScale(float ss, int64_t n, float eps) {
+// One CTA per row.
+__global__ void __launch_bounds__(kThreads) RmsNormKernel(const float* __restrict__ x,
+                                                          const float* __restrict__ w, int64_t n,
+                                                          float eps, float* y) {
+  pdl::Begin();
   __shared__ float warp_sums[kThreads / 32];
   __shared__ float scale_s;
+  const float* xr = x + (int64_t)blockIdx.x * n;
+  float* yr = y + (int64_t)blockIdx.x * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) ss = __fmaf_rn(xr[i], xr[i], ss);
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) ss = __fadd_rn(ss, __shfl_xor_sync(0xFFFFFFFFu, ss, o));
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = ss;
@@ -36,41 +41,7 @@ __device__ __forceinline__ float RowScale(float ss, int64_t n, float eps) {
     scale_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
   }
   __syncthreads();
-  return scale_s;
-}
-
-// One CTA per row.
-__global__ void __launch_bounds__(kThreads) RmsNormKernel(const float* __restrict__ x,
-                                                          const float* __restrict__ w, int64_t n,
-                                                          float eps, float* y) {
-  pdl::Begin();
-  const float* xr = x + (int64_t)blockIdx.x * n;
-  float* yr = y + (int64_t)blockIdx.x * n;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) ss = __fmaf_rn(xr[i], xr[i], ss);
-  const float s = RowScale(ss, n, eps);
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    const float v = __fmul_rn(xr[i], s);
-    yr[i] = w ? __fmul_rn(v, w[i]) : v;
-  }
-}
-
-// x += a, then RmsNormKernel on x. Every element is read and written by one thread (the same i
-// in both loops), so x, a and y may alias one another as whole buffers.
-__global__ void __launch_bounds__(kThreads) AddRmsNormKernel(float* x, const float* a,
-                                                             const float* __restrict__ w,
-                                                             int64_t n, float eps, float* y) {
-  pdl::Begin();
-  float* xr = x + (int64_t)blockIdx.x * n;
-  const float* ar = a + (int64_t)blockIdx.x * n;
-  float* yr = y + (int64_t)blockIdx.x * n;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    const float v = __fadd_rn(xr[i], ar[i]);
-    xr[i] = v;
-    ss = __fmaf_rn(v, v, ss);
-  }
-  const float s = RowScale(ss, n, eps);
+  const float s = scale_s;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) {
     const float v = __fmul_rn(xr[i], s);
     yr[i] = w ? __fmul_rn(v, w[i]) : v;
@@ -189,16 +160,6 @@ cudaError_t LaunchRmsNorm(const float* x, const float* w, int64_t T, int64_t n, 
   if (x == nullptr || y == nullptr || T < 0 || n < 1 || T > 0x7FFFFFFF) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   pdl::Launch(RmsNormKernel, (unsigned)T, kThreads, 0, stream, x, w, n, eps, y);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchAddRmsNorm(float* x, const float* a, const float* w, int64_t T, int64_t n,
-                             float eps, float* y, cudaStream_t stream) {
-  if (x == nullptr || a == nullptr || y == nullptr || T < 0 || n < 1 || T > 0x7FFFFFFF) {
-    return cudaErrorInvalidValue;
-  }
-  if (T == 0) return cudaSuccess;
-  pdl::Launch(AddRmsNormKernel, (unsigned)T, kThreads, 0, stream, x, a, w, n, eps, y);
   return cudaGetLastError();
 }
 

@@ -16,14 +16,6 @@ namespace lockstep::kernels {
 cudaError_t LaunchRmsNorm(const float* x, const float* w, int64_t T, int64_t n, float eps, float* y,
                           cudaStream_t stream);
 
-// x[t, :] += a[t, :], then y = LaunchRmsNorm(x) with the same bits as LaunchAdd(x, a, T * n, x)
-// followed by LaunchRmsNorm(x, w, T, n, eps, y), in one launch (a decoder layer's residual add and
-// the next norm). x: in/out, device, [T, n]. a, y: device, [T, n]; x, a and y may be the same
-// buffer, not partly overlapping ones. Not called by the cuda backend: one CTA a row, it measured
-// slower than the two launches (docs/kernels.md run 24).
-cudaError_t LaunchAddRmsNorm(float* x, const float* a, const float* w, int64_t T, int64_t n,
-                             float eps, float* y, cudaStream_t stream);
-
 enum class RopeMode : int { kNormal = 0, kNeox = 2 };  // ggml's mode values
 
 // Rotates the first n_rot dims of each head; dims >= n_rot are copied.

@@ -151,51 +151,6 @@ absl::Status CheckMatMulGroup(Pair& pair, std::mt19937_64& rng, Line& line) {
   return absl::OkStatus();
 }
 
-// AddRmsNorm: the candidate's fused call has the bits of its own Add then RmsNorm (the sum
-// written back to x and the norm), and the ref's values within the Add and RmsNorm bounds.
-absl::Status CheckAddRmsNorm(Pair& pair, std::mt19937_64& rng, Line& line) {
-  for (int64_t d : {int64_t{1}, int64_t{7}, int64_t{576}, int64_t{4096}, int64_t{5003}}) {
-    for (bool with_w : {false, true}) {
-      const int64_t T = Pick(rng, std::vector<int64_t>{1, 3, 17});
-      const std::vector<float> x = Pair::Uniform(rng, T * d, -3.0f, 3.0f), a = Pair::Uniform(rng, T * d, -3.0f, 3.0f);
-      ASSIGN_OR_RETURN(auto xf, pair.Upload(x, T, d));  // fused: x += a in place
-      ASSIGN_OR_RETURN(auto xs, pair.Upload(x, T, d));  // the separate calls, candidate only
-      ASSIGN_OR_RETURN(auto ab, pair.Upload(a, T, d));
-      ASSIGN_OR_RETURN(auto y, pair.Poisoned(T, d));
-      ASSIGN_OR_RETURN(auto ys, pair.Poisoned(T, d));
-      std::vector<float> wd;
-      std::pair<Weight, Weight> w;
-      if (with_w) {
-        ASSIGN_OR_RETURN(w, pair.Bind(Type::F32, 1, d, rng, 0.5f, 1.5f, &wd));
-      }
-      RETURN_IF_ERROR(pair.cand().AddRmsNorm(xf.t[0], ab.t[0], with_w ? &w.first : nullptr, 1e-6f, y.t[0]));
-      RETURN_IF_ERROR(pair.ref().AddRmsNorm(xf.t[1], ab.t[1], with_w ? &w.second : nullptr, 1e-6f, y.t[1]));
-      RETURN_IF_ERROR(pair.cand().Add(xs.t[0], ab.t[0], xs.t[0]));
-      RETURN_IF_ERROR(pair.cand().RmsNorm(xs.t[0], with_w ? &w.first : nullptr, 1e-6f, ys.t[0]));
-      line.Case();
-      line.Cover("d", d);
-      line.Cover("T", T);
-      line.Cover("weight", with_w ? "yes" : "no");
-      const std::string where = absl::StrFormat("d %d T %d weight %s", d, T, with_w ? "yes" : "no");
-      const int64_t bytes = T * d * 4;
-      ASSIGN_OR_RETURN(auto sum_f, pair.GetBytes(0, xf.t[0].data, bytes));
-      ASSIGN_OR_RETURN(auto sum_s, pair.GetBytes(0, xs.t[0].data, bytes));
-      line.Bytes(sum_f, sum_s, where + " (fused sum vs Add)");
-      ASSIGN_OR_RETURN(auto y_f, pair.GetBytes(0, y.t[0].data, bytes));
-      ASSIGN_OR_RETURN(auto y_s, pair.GetBytes(0, ys.t[0].data, bytes));
-      line.Bytes(y_f, y_s, where + " (fused norm vs Add then RmsNorm)");
-      RETURN_IF_ERROR(CompareOut(pair, xf, line, where + " sum", [](int64_t, float r) {
-        return 2 * tol::kU * std::fabs(r) + tol::kAtol;
-      }));
-      // The ref's sum may differ by the Add bound's ulp: 2 more ulps on the norm's bound.
-      RETURN_IF_ERROR(CompareOut(pair, y, line, where + " norm", [&](int64_t, float r) {
-        return (tol::RmsNormRtol(d) + 4 * tol::kU) * std::fabs(r) + tol::kAtol;
-      }));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckRowOps(Pair& pair, std::mt19937_64& rng, std::vector<Line>& lines) {
   Line& norm = lines[0];
   Line& rope = lines[1];
@@ -590,7 +545,7 @@ absl::StatusOr<std::vector<OpCheckLine>> CheckBackendOps(Backend& cand, Backend&
   std::vector<Line> lines = {Line("Embed"),  Line("MatMul"), Line("RmsNorm"),      Line("Rope"),
                              Line("Glu"),    Line("Add/Scale/Softcap"), Line("GatherRows"),
                              Line("KvWrite"), Line("PagedAttention"), Line("GreedyTokens"),
-                             Line("MatMulGroup"), Line("AddRmsNorm")};
+                             Line("MatMulGroup")};
   std::vector<Line> family;  // Gated DeltaNet and MoE (op_check_families.cc)
   for (const std::string& name : FamilyOpNames()) family.emplace_back(name);
   for (int round = 0; round < std::max(options.rounds, 1); ++round) {
@@ -607,7 +562,6 @@ absl::StatusOr<std::vector<OpCheckLine>> CheckBackendOps(Backend& cand, Backend&
     RETURN_IF_ERROR(CheckGreedy(pair, rng, lines[9]));
     RETURN_IF_ERROR(pair.Begin(RowsStep({0})));
     RETURN_IF_ERROR(CheckMatMulGroup(pair, rng, lines[10]));
-    RETURN_IF_ERROR(CheckAddRmsNorm(pair, rng, lines[11]));
     RETURN_IF_ERROR(CheckFamilyOps(pair, rng, family));
   }
   for (Line& l : family) lines.push_back(std::move(l));

@@ -218,13 +218,6 @@ class Backend {
   // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * (w ? w : 1).   x, y: [n, d]; w: F32 [d]
   // or null (y may alias x).
   virtual absl::Status RmsNorm(Tensor x, const Weight* w, float eps, Tensor y) = 0;
-  // x += a, then y = RmsNorm(x, w, eps): a residual add and the norm that reads it, with exactly
-  // the values of the two calls (a device backend may run them as one launch: docs/backends.md).
-  // x, a, y: [n, d]; y may alias x.
-  virtual absl::Status AddRmsNorm(Tensor x, Tensor a, const Weight* w, float eps, Tensor y) {
-    if (absl::Status s = Add(x, a, x); !s.ok()) return s;
-    return RmsNorm(x, w, eps, y);
-  }
   // Rotates the first n_rot dims of every head in place, at the step's positions.
   // x: [T, n_heads * head_dim]; theta_i = pos * freq_base^(-2i / n_rot).
   virtual absl::Status Rope(Tensor x, int64_t n_heads, int64_t head_dim, int64_t n_rot,

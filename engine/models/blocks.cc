@@ -341,8 +341,9 @@ absl::Status DecoderLayer(const BlockCtx& b, int64_t il, const LayerWeights& l,
   }
   if (c.post_norms) RETURN_IF_ERROR(b.be.RmsNorm(o, &l.post_attn_norm, c.norm_eps, o));
   RETURN_IF_ERROR(b.emit(il, "attn_out", o));
-  // x += o, h = RmsNorm(x): one call with the two ops' values (a device backend may fuse them).
-  RETURN_IF_ERROR(b.be.AddRmsNorm(x, o, &l.ffn_norm, c.norm_eps, h));
+  RETURN_IF_ERROR(b.be.Add(x, o, x));
+
+  RETURN_IF_ERROR(b.be.RmsNorm(x, &l.ffn_norm, c.norm_eps, h));
   RETURN_IF_ERROR(b.emit(il, "ffn_norm", h));
   switch (lc.ffn) {
     case FfnKind::kDense:
